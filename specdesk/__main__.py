@@ -1,0 +1,5 @@
+import sys
+
+from specdesk.cli import main
+
+sys.exit(main())

@@ -1,0 +1,55 @@
+"""Argument groups shared by several subcommands."""
+
+from __future__ import annotations
+
+import argparse
+
+from specdesk.core.errors import BadSetting
+from specdesk.core.loading import DTYPES, QUANTS
+
+
+def k_value(text: str) -> int | str:
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k must be a whole number or 'auto', not {text!r}") from None
+
+
+def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "demo-target") -> None:
+    g = p.add_argument_group("models")
+    g.add_argument("--target", default=default_target,
+                   help="target model: folder, Hugging Face id in the local cache, or demo-target (default)")
+    g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
+    g.add_argument("--drafter", choices=("model", "ngram", "none"), default=None,
+                   help="model (a draft model), ngram (prompt lookup, no extra model) or none (plain decoding)")
+    g.add_argument("--target-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the target")
+    g.add_argument("--draft-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the draft")
+    g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")
+    g.add_argument("--dtype", choices=DTYPES, default="auto", help="compute dtype (auto: bf16/fp16 on CUDA, fp32 on CPU)")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
+    g.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: longest n-gram matched (default 4)")
+    g.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: shortest n-gram matched (default 2)")
+
+
+def add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
+    g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+
+
+def load_engine(args, progress=None):
+    import specdesk
+
+    if args.drafter == "model" and args.draft is None and args.target != "demo-target":
+        raise BadSetting("--drafter model needs --draft")
+    return specdesk.load(args.target, args.draft, drafter=args.drafter, target_quant=args.target_quant,
+                         draft_quant=args.draft_quant, double_quant=args.double_quant, dtype=args.dtype,
+                         device=args.device, ngram_max=args.ngram_max, ngram_min=args.ngram_min,
+                         progress=progress)

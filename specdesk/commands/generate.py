@@ -1,0 +1,106 @@
+"""``specdesk generate``: one generation, text streamed to stdout as it is produced."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from specdesk.commands.common import add_model_args, add_sampling_args, load_engine
+from specdesk.core.errors import BadSetting
+from specdesk.core.events import DoneEvent, StepEvent
+from specdesk.core.settings import GenerationSettings
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate text headless (streams to stdout)",
+                       description="Generate with speculative decoding; text streams to stdout.")
+    add_model_args(p)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="prompt text")
+    src.add_argument("--prompt-file", type=Path, help="read the prompt from this file ('-' for stdin)")
+    add_sampling_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object with the result instead of text")
+    p.add_argument("--log", type=Path, help="write a session log (JSON Lines) to this file")
+    p.set_defaults(func=run)
+
+
+def read_prompt(args) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if str(args.prompt_file) == "-":
+        return sys.stdin.read()
+    try:
+        return args.prompt_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadSetting(f"cannot read prompt file {args.prompt_file}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def settings_from(args) -> GenerationSettings:
+    return GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                              top_p=args.top_p, seed=args.seed, k=args.k, stop=tuple(args.stop))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.draft is not None and args.drafter in ("ngram", "none"):
+        raise BadSetting(f"--draft and --drafter {args.drafter} contradict each other: choose one")
+    settings = settings_from(args)  # bad values fail here, before any model is loaded
+    prompt = read_prompt(args)
+    if args.log is not None:
+        try:
+            args.log.parent.mkdir(parents=True, exist_ok=True)
+            with args.log.open("a"):
+                pass
+        except OSError as e:
+            raise BadSetting(f"cannot write the log file {args.log}: {e.strerror or e}") from None
+    engine = load_engine(args)
+    writer = None
+    if args.log is not None:
+        from specdesk.core.sessionlog import SessionLogWriter
+        from specdesk.hw.memory import memory_snapshot
+
+        writer = SessionLogWriter(args.log, engine.describe(), settings.to_dict(),
+                                  memory=lambda: memory_snapshot(engine.device))
+    cancel = threading.Event()
+    done = None
+
+    def on_sigint(signum, frame):  # first Ctrl-C: finish the current step and write the summary
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+
+    previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
+    try:
+        events = engine.stream(prompt, settings=settings, cancel=cancel)
+        if writer is not None:
+            writer.begin(prompt, settings.to_dict(), engine.drafter, len(engine.encode(prompt)))
+        for ev in events:
+            if writer is not None:
+                writer.event(ev)
+            if isinstance(ev, StepEvent) and not args.json:
+                sys.stdout.write(ev.text)
+                sys.stdout.flush()
+            elif isinstance(ev, DoneEvent):
+                done = ev
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        if writer is not None:
+            writer.close()
+    if done is None:
+        return 130
+    if args.json:
+        out = {**done.stats.to_dict(), "token_ids": list(done.token_ids), "text": done.text,
+               "stop_reason": done.stop_reason, "seed": done.seed, "drafter": engine.drafter,
+               "stats": done.stats.to_dict()}
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write(done.tail + "\n")
+        s = done.stats
+        rate = f"{s.acceptance_rate:.2f}" if s.acceptance_rate is not None else "n/a"
+        print(f"[{s.new_tokens} tokens, {s.tokens_per_second or 0:.1f} tok/s, acceptance {rate}, "
+              f"{s.mean_accepted_length or 0:.2f} tokens/step, stop: {done.stop_reason}]", file=sys.stderr)
+    return 130 if done.stop_reason == "cancelled" else 0

@@ -1,0 +1,14 @@
+"""``specdesk report``: not built yet."""
+
+from __future__ import annotations
+
+from specdesk.core.errors import SpecdeskError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="(not built yet)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    raise SpecdeskError("`specdesk report` is not built yet")

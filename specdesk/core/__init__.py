@@ -1,0 +1,1 @@
+"""The engine layer: torch + transformers only (no Qt, no NVML, no printing)."""

@@ -1,0 +1,77 @@
+"""The acceptance rule of speculative decoding.
+
+Sources: Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding" (2023);
+Chen et al., "Accelerating Large Language Model Decoding with Speculative Sampling" (2023).
+
+A drafted token x is kept with probability min(1, p_target(x) / p_draft(x)); at the first rejection
+the target's token is drawn from normalize(max(0, p_target - p_draft)); when all k are kept, a bonus
+token is drawn from the target's distribution after the last draft token. The emitted token then has
+exactly the distribution p_target. A drafter without a distribution (prompt lookup) proposes a point
+mass: p_draft = one-hot(x). Greedy decoding is the limit where both distributions are one-hot.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def accept_probability(p_target: torch.Tensor, p_draft: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """min(1, p_target(x) / p_draft(x)) per drafted token. p_*: (k, V), tokens: (k,) -> (k,)."""
+    pt = p_target.gather(-1, tokens[:, None]).squeeze(-1)
+    pd = p_draft.gather(-1, tokens[:, None]).squeeze(-1)
+    # pd > 0 for any token the draft actually sampled; the clamp only guards against 0/0.
+    return torch.clamp(pt / pd.clamp_min(torch.finfo(pd.dtype).tiny), max=1.0)
+
+
+def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor) -> torch.Tensor:
+    """normalize(max(0, p_target - p_draft)), the distribution drawn from after a rejection. (..., V)."""
+    r = (p_target - p_draft).clamp_min(0.0)
+    total = r.sum(dim=-1, keepdim=True)
+    # A rejection implies p_target(x) < p_draft(x) somewhere, so total > 0; fall back to p_target
+    # only when rounding made the two distributions identical.
+    return torch.where(total > 0, r / total.clamp_min(torch.finfo(r.dtype).tiny), p_target)
+
+
+def one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Point-mass distributions for drafters that have none. tokens: (k,) -> (k, V) float32."""
+    out = torch.zeros(tokens.shape[0], vocab, dtype=torch.float32, device=tokens.device)
+    return out.scatter_(1, tokens[:, None], 1.0)
+
+
+def verify_greedy(target_argmax: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[int, list[int]]:
+    """(accepted, emitted tokens) under greedy decoding.
+
+    target_argmax: (k+1,) the target's argmax after the last committed token and after each draft token;
+    draft_tokens: (k,). The draft's tokens are kept while they equal the target's choice, so the
+    emitted tokens (kept drafts, then the target's correction or bonus) are target_argmax[:n+1].
+    """
+    k = draft_tokens.shape[0]
+    if k == 0:
+        return 0, [int(target_argmax[0])]
+    matches = (target_argmax[:k] == draft_tokens).int().cumprod(dim=0)  # 1 up to the first mismatch
+    values = torch.cat([matches.sum().view(1), target_argmax]).tolist()  # one device transfer
+    n = values[0]
+    return n, values[1:n + 2]
+
+
+def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
+                   generator: torch.Generator | None) -> tuple[int, list[int]]:
+    """(accepted, emitted tokens) under speculative sampling.
+
+    p_target: (k+1, V) processed target distributions; p_draft: (k, V) processed draft distributions,
+    or None for a point-mass proposal; draft_tokens: (k,).
+    """
+    k = draft_tokens.shape[0]
+    if k == 0:
+        return 0, [int(torch.multinomial(p_target[0], 1, generator=generator))]
+    if p_draft is None:
+        p_draft = one_hot(draft_tokens, p_target.shape[-1])
+    u = torch.rand(k, generator=generator, device=p_target.device)
+    keep = (u < accept_probability(p_target[:k], p_draft, draft_tokens)).int().cumprod(dim=0)
+    n = int(keep.sum())
+    if n == k:
+        dist = p_target[k]  # every draft token kept: bonus token from the target
+    else:
+        dist = residual_distribution(p_target[n], p_draft[n])
+    nxt = torch.multinomial(dist, 1, generator=generator)
+    return n, torch.cat([draft_tokens[:n], nxt]).tolist()

@@ -1,0 +1,134 @@
+"""The speculative decoding loop, written as a generator of plain events.
+
+Per step: the drafter proposes up to k tokens after the last committed token; the target runs once
+over [last committed, d1..dk] (k+1 positions, one forward pass); the acceptance rule keeps a prefix
+of the drafts and adds one token of the target's own (a correction, or a bonus when all k were kept).
+Both KV caches are then rolled back past the first rejected position. The work per step is a fixed
+number of tensor operations and list appends: nothing in it scans the context.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+
+import torch
+
+from specdesk.core.acceptance import verify_greedy, verify_sampled
+from specdesk.core.detok import IncrementalDetokenizer
+from specdesk.core.drafters import Drafter
+from specdesk.core.events import DoneEvent, Event, GenerationStats, PrefillEvent, StepEvent
+from specdesk.core.sampling import make_generator, process_logits
+from specdesk.core.settings import MAX_K, GenerationSettings
+from specdesk.core.stops import StopStrings
+from specdesk.core.target import TargetRunner
+
+
+def _synchronizer(device: torch.device):
+    if device.type == "cuda":
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[int],
+           settings: GenerationSettings, eos_ids: frozenset[int], controller,
+           cancel: threading.Event | None = None) -> Iterator[Event]:
+    """Yield a PrefillEvent, one StepEvent per target forward pass, then a DoneEvent."""
+    if not prompt_ids:
+        raise ValueError("the prompt must hold at least one token")
+    device = target.device
+    sync = _synchronizer(device)
+    sampling = settings.sampling
+    seed = settings.seed
+    generator = None
+    if not sampling.greedy:
+        if seed is None:
+            seed = int.from_bytes(os.urandom(7), "little")
+        generator = make_generator(device, seed)
+    k_cap = MAX_K if settings.k == "auto" else int(settings.k)
+    capacity = len(prompt_ids) + settings.max_new_tokens + k_cap + 2
+
+    sync()
+    t0 = time.perf_counter()
+    target.prefill(prompt_ids[:-1], capacity)
+    drafter.start(prompt_ids[:-1], capacity)
+    sync()
+    prefill_s = time.perf_counter() - t0
+    yield PrefillEvent(prompt_tokens=len(prompt_ids), seconds=prefill_s)
+
+    ids = list(prompt_ids)
+    generated: list[int] = []
+    detok = IncrementalDetokenizer(tokenizer, prompt_ids)
+    stops = StopStrings(settings.stop)
+    texts: list[str] = []
+    last = torch.tensor([ids[-1]], dtype=torch.long, device=device)
+    forwards = drafted = accepted = 0
+    draft_total = verify_total = 0.0
+    stop_reason = None
+    step = 0
+    start = time.perf_counter()
+    end = start
+
+    while stop_reason is None:
+        if cancel is not None and cancel.is_set():
+            stop_reason = "cancelled"
+            break
+        remaining = settings.max_new_tokens - len(generated)
+        k = max(0, min(controller.choose(), remaining - 1))  # never draft past the token budget
+        sync()
+        ta = time.perf_counter()
+        proposal = drafter.propose(ids, k, sampling, generator)
+        sync()
+        tb = time.perf_counter()
+        m = len(proposal)
+        logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
+        if sampling.greedy:
+            n, emitted = verify_greedy(logits.argmax(dim=-1), proposal.tokens)
+        else:
+            n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
+                                        generator)
+        sync()
+        tc = time.perf_counter()
+        target.rollback(m - n)
+        drafter.commit(len(ids) + n)
+
+        cut = len(emitted)
+        for i, tok in enumerate(emitted):
+            if tok in eos_ids:
+                cut, stop_reason = i + 1, "eos"
+                break
+        if len(generated) + cut >= settings.max_new_tokens:
+            cut = settings.max_new_tokens - len(generated)
+            stop_reason = stop_reason or "max_new_tokens"
+        emitted = emitted[:cut]
+        kept = min(n, cut)
+        drafted_text = stops.feed(detok.push(emitted[:kept]))
+        target_text = "" if stops.stopped else stops.feed(detok.push(emitted[kept:]))
+        if stops.stopped:
+            stop_reason = "stop_string"
+        ids.extend(emitted)
+        generated.extend(emitted)
+        last = torch.tensor(emitted[-1:], dtype=torch.long, device=device)
+        forwards += 1
+        drafted += m
+        accepted += n
+        draft_total += tb - ta
+        verify_total += tc - tb
+        controller.observe(k, m, n, tb - ta, tc - tb)
+        end = time.perf_counter()
+        texts.append(drafted_text + target_text)
+        yield StepEvent(index=step, token_ids=tuple(emitted), drafted=m, accepted=n, k=k,
+                        draft_s=tb - ta, verify_s=tc - tb, step_s=end - ta, elapsed_s=end - start,
+                        context_len=len(ids), drafted_text=drafted_text, target_text=target_text)
+        step += 1
+
+    tail = ""
+    if stop_reason != "stop_string":
+        tail = stops.feed(detok.flush()) + stops.flush()
+    stats = GenerationStats(prompt_tokens=len(prompt_ids), new_tokens=len(generated), target_forwards=forwards,
+                            drafted=drafted, accepted=accepted, prefill_seconds=prefill_s,
+                            decode_seconds=end - start, draft_seconds=draft_total, verify_seconds=verify_total)
+    yield DoneEvent(token_ids=tuple(generated), text="".join(texts) + tail, stats=stats,
+                    stop_reason=stop_reason, seed=seed, tail=tail)

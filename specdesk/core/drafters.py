@@ -1,0 +1,179 @@
+"""Drafters: whatever proposes the next k tokens for the target to check.
+
+All share one small interface. ``start`` sees the committed tokens before the last one (the
+prefill); ``propose`` sees every committed token and returns up to k guesses; ``commit`` says how
+many leading committed positions are certainly right, so a drafter with state rolls back the rest.
+
+- ``ModelDrafter``: a second causal LM with the same tokenizer (the classic draft model).
+- ``NgramDrafter``: prompt lookup; continues the latest earlier occurrence of the context's last n-gram.
+- ``NoDrafter``: proposes nothing; the loop then is plain autoregressive decoding of the target.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
+from specdesk.core.kvcache import new_cache
+from specdesk.core.sampling import SamplingConfig, process_logits, sample
+
+PREFILL_CHUNK = 512
+
+
+@dataclass
+class Proposal:
+    tokens: torch.Tensor  # (m,) int64, m <= k, on the target's device
+    probs: torch.Tensor | None = None  # (m, V) the draft's processed distributions; None = point masses
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+class Drafter:
+    name = "base"
+
+    def start(self, prefix_ids: list[int], capacity: int) -> None:  # noqa: B027 - optional hook
+        """A new generation; ``prefix_ids`` are the prompt tokens except the last."""
+
+    def propose(self, ids: list[int], k: int, sampling: SamplingConfig,
+                generator: torch.Generator | None) -> Proposal:
+        raise NotImplementedError
+
+    def commit(self, valid_len: int) -> None:  # noqa: B027 - optional hook
+        """Positions [0, valid_len) of the committed sequence are final; forget anything past them."""
+
+
+class NoDrafter(Drafter):
+    name = "none"
+
+    def __init__(self, device: torch.device) -> None:
+        self._empty = torch.empty(0, dtype=torch.long, device=device)
+
+    def propose(self, ids, k, sampling, generator) -> Proposal:
+        return Proposal(self._empty)
+
+
+class NgramDrafter(Drafter):
+    """Prompt lookup decoding (Saxena, 2023), with an incremental n-gram index.
+
+    For n from ``max_n`` down to ``min_n``, the last n committed tokens are looked up in a table of
+    every earlier n-gram -> the position after its latest occurrence; the first hit's continuation
+    (up to k tokens) is the proposal. The table is updated only with new tokens, so a step's work
+    does not grow with the context. No model, no extra device memory.
+    """
+
+    name = "ngram"
+
+    def __init__(self, device: torch.device, max_n: int = 4, min_n: int = 2) -> None:
+        if not (1 <= min_n <= max_n):
+            raise ValueError("need 1 <= min_n <= max_n")
+        self.device = device
+        self.max_n, self.min_n = max_n, min_n
+        self._tables: dict[int, dict[tuple[int, ...], int]] = {}
+        self._indexed = 0
+
+    def start(self, prefix_ids: list[int], capacity: int) -> None:
+        self._tables = {n: {} for n in range(self.min_n, self.max_n + 1)}
+        self._indexed = 0
+
+    def _index(self, ids: list[int]) -> None:
+        # Position j is a continuation start for the n-gram ids[j-n:j]; only j < len(ids) - 0 with a
+        # token at j, and never the current suffix (it has no continuation yet).
+        for j in range(max(1, self._indexed), len(ids)):
+            for n, table in self._tables.items():
+                if j >= n:
+                    table[tuple(ids[j - n:j])] = j
+        self._indexed = max(self._indexed, len(ids))
+
+    def lookup(self, ids: list[int], k: int) -> list[int]:
+        self._index(ids)
+        for n in range(self.max_n, self.min_n - 1, -1):
+            if len(ids) < n:
+                continue
+            pos = self._tables[n].get(tuple(ids[-n:]))
+            if pos is not None:
+                return ids[pos:pos + k]
+        return []
+
+    def propose(self, ids, k, sampling, generator) -> Proposal:
+        guess = self.lookup(ids, k) if k > 0 else []
+        return Proposal(torch.tensor(guess, dtype=torch.long, device=self.device))
+
+
+class ModelDrafter(Drafter):
+    """A small causal LM sharing the target's tokenizer.
+
+    ``vocab`` is the shared tokenizer vocabulary (draft logits beyond it are padding rows and are
+    never proposed); ``target_vocab`` is the width of the target's distributions, so the draft's
+    probabilities are zero-padded to it when sampling.
+    """
+
+    name = "model"
+
+    def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True) -> None:
+        self.model = model
+        self.vocab = vocab
+        self.target_vocab = target_vocab
+        self.device = next(model.parameters()).device
+        self.lean_reason = unsupported_reason(model) if lean else "disabled"
+        self._decoder: LeanDecoder | None = None
+        self._cache = None
+        self._fed = 0
+
+    @property
+    def uses_lean_path(self) -> bool:
+        return self.lean_reason is None
+
+    def start(self, prefix_ids: list[int], capacity: int) -> None:
+        self._fed = 0
+        if self.uses_lean_path:
+            self._decoder = LeanDecoder(self.model, capacity)
+        else:
+            self._cache = new_cache(self.model.config, capacity)
+        for i in range(0, len(prefix_ids), PREFILL_CHUNK):
+            self._forward(torch.tensor(prefix_ids[i:i + PREFILL_CHUNK], device=self.device))
+
+    @torch.inference_mode()
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids: (n,) -> logits (vocab,) of the last position."""
+        self._fed += ids.shape[0]
+        if self._decoder is not None:
+            logits = self._decoder.forward(ids)
+        else:
+            out = self.model(input_ids=ids[None], cache=self._cache, use_cache=True, logits_to_keep=1)
+            logits = out.logits[0, -1]
+        return logits[: self.vocab]
+
+    def propose(self, ids, k, sampling, generator) -> Proposal:
+        if k <= 0:
+            return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
+        logits = self._forward(torch.tensor(ids[self._fed:], device=self.device))
+        tokens, probs = [], []
+        for i in range(k):
+            if sampling.greedy:
+                tok = logits.argmax().view(1)
+            else:
+                p = process_logits(logits, sampling)  # (vocab,)
+                tok = sample(p, generator).view(1)
+                probs.append(p)
+            tokens.append(tok)
+            if i + 1 < k:
+                logits = self._forward(tok)
+        out = torch.cat(tokens)
+        if sampling.greedy:
+            return Proposal(out)
+        p = torch.stack(probs)  # (k, vocab)
+        if self.target_vocab > self.vocab:
+            p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
+        return Proposal(out, p)
+
+    def commit(self, valid_len: int) -> None:
+        if valid_len >= self._fed:
+            return
+        if self._decoder is not None:
+            self._decoder.crop(valid_len)
+        else:
+            self._cache.crop(valid_len - self._fed)
+        self._fed = valid_len

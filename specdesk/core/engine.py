@@ -1,0 +1,190 @@
+"""The engine: a loaded target, an optional draft, and the decode loop behind a small API.
+
+    engine = specdesk.load("demo-target", "demo-draft")
+    result = engine.generate("def fib(n):", max_new_tokens=64)
+    for event in engine.stream("import os\\n", k=4): ...
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+from specdesk.core.compat import Compatibility, check_tokenizers
+from specdesk.core.decode import decode
+from specdesk.core.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from specdesk.core.errors import BadSetting
+from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
+from specdesk.core.kcontrol import FixedK
+from specdesk.core.loading import LoadedModel, load_model
+from specdesk.core.settings import GenerationSettings
+from specdesk.core.target import TargetRunner
+
+DRAFTERS = ("model", "ngram", "none")
+
+
+class Engine:
+    def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, drafter: str = "model",
+                 ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True) -> None:
+        if drafter not in DRAFTERS:
+            raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
+        if drafter == "model" and draft is None:
+            raise BadSetting("drafter 'model' needs a draft model (or choose drafter ngram or none)")
+        if not (1 <= ngram_min <= ngram_max <= 16):
+            raise BadSetting(f"n-gram sizes must satisfy 1 <= min ({ngram_min}) <= max ({ngram_max}) <= 16")
+        self.target = target
+        self.draft = draft
+        self.drafter = drafter
+        self.ngram = (ngram_max, ngram_min)
+        self.compatibility: Compatibility | None = None
+        self._runner = TargetRunner(target.model, target.vocab)
+        self._model_drafter: ModelDrafter | None = None
+        if draft is not None:
+            if draft.device != target.device:
+                raise BadSetting(f"target on {target.device} but draft on {draft.device}: use one device")
+            self.compatibility = check_tokenizers(target.tokenizer, draft.tokenizer, target.name, draft.name)
+            self.compatibility.raise_if_bad()
+            shared = min(self.compatibility.shared_vocab, draft.vocab, target.vocab)
+            self._model_drafter = ModelDrafter(draft.model, vocab=shared, target_vocab=target.vocab,
+                                               lean=lean_draft)
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    @property
+    def device(self) -> str:
+        return self.target.device
+
+    def available_drafters(self) -> tuple[str, ...]:
+        return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
+
+    def _drafter(self, name: str) -> Drafter:
+        if name == "model":
+            if self._model_drafter is None:
+                raise BadSetting("this engine has no draft model; use drafter ngram or none")
+            return self._model_drafter
+        if name == "ngram":
+            return NgramDrafter(self._runner.device, *self.ngram)
+        if name == "none":
+            return NoDrafter(self._runner.device)
+        raise BadSetting(f"unknown drafter {name!r}: use one of {', '.join(DRAFTERS)}")
+
+    # ----------------------------------------------------------------- prompts
+
+    def encode(self, prompt: str | list[int] | tuple[int, ...]) -> list[int]:
+        """Text -> token ids (the tokenizer's own special tokens added); a list of ids is checked and kept."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer(prompt)["input_ids"]
+        else:
+            ids = [int(i) for i in prompt]
+            bad = [i for i in ids if not (0 <= i < self.target.vocab)]
+            if bad:
+                raise BadSetting(f"prompt token id {bad[0]} is outside the vocabulary (0..{self.target.vocab - 1})")
+        if not ids:  # an empty prompt starts a fresh document
+            start = self.tokenizer.bos_token_id
+            if start is None:
+                start = self.tokenizer.eos_token_id
+            if start is None:
+                raise BadSetting("the prompt is empty and the tokenizer has no start token")
+            ids = [start]
+        return ids
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.tokenizer, "chat_template", None))
+
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """Token ids for a conversation, through the tokenizer's chat template."""
+        if not self.has_chat_template:
+            raise BadSetting(f"{self.target.name} has no chat template; use completion mode")
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(out, dict) or hasattr(out, "keys"):
+            out = out["input_ids"]
+        return [int(i) for i in out]
+
+    def decode_ids(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+    # ----------------------------------------------------------------- generation
+
+    def stream(self, prompt, *, cancel: threading.Event | None = None, drafter: str | None = None,
+               controller=None, **settings) -> Iterator[Event]:
+        """Yield a PrefillEvent, StepEvents and a final DoneEvent. ``settings``: see GenerationSettings."""
+        gs = settings.pop("settings", None) or GenerationSettings(**settings)
+        name = drafter or self.drafter
+        dr = self._drafter(name)
+        if controller is None:
+            controller = self._controller(gs, name)
+        ids = self.encode(prompt)
+        if len(ids) + gs.max_new_tokens > self.max_context:
+            raise BadSetting(f"prompt ({len(ids)} tokens) + max new tokens ({gs.max_new_tokens}) exceeds the "
+                             f"model's context of {self.max_context} tokens")
+        return decode(self._runner, dr, self.tokenizer, ids, gs, self.target.eos_ids, controller, cancel)
+
+    def _controller(self, gs: GenerationSettings, drafter: str):
+        if drafter == "none":
+            return FixedK(0)
+        if gs.k == "auto":
+            from specdesk.core.adaptive import AdaptiveK
+
+            return AdaptiveK()
+        return FixedK(int(gs.k))
+
+    @property
+    def max_context(self) -> int:
+        cfg = self.target.model.config
+        return int(getattr(cfg, "max_position_embeddings", None) or 1 << 20)
+
+    def generate(self, prompt, *, cancel: threading.Event | None = None, drafter: str | None = None,
+                 on_event: Callable[[Event], None] | None = None, **settings) -> GenerationResult:
+        steps: list[StepEvent] = []
+        done: DoneEvent | None = None
+        for ev in self.stream(prompt, cancel=cancel, drafter=drafter, **settings):
+            if isinstance(ev, StepEvent):
+                steps.append(ev)
+            elif isinstance(ev, DoneEvent):
+                done = ev
+            if on_event is not None:
+                on_event(ev)
+        assert done is not None
+        return GenerationResult(token_ids=list(done.token_ids), text=done.text, stats=done.stats,
+                                stop_reason=done.stop_reason, seed=done.seed, steps=steps)
+
+    def describe(self) -> dict:
+        """Models, quantization and device, for session logs and status bars."""
+        return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft else None,
+                "drafter": self.drafter, "device": self.device,
+                "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
+                "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None}
+
+
+def load(target: str = "demo-target", draft: str | None = None, *, drafter: str | None = None,
+         target_quant: str = "none", draft_quant: str = "none", double_quant: bool = False,
+         dtype: str = "auto", device: str = "auto", ngram_max: int = 4, ngram_min: int = 2,
+         lean_draft: bool = True, progress: Callable[[str], None] | None = None) -> Engine:
+    """Load a target and a drafter.
+
+    drafter: "model" (needs ``draft``), "ngram" (prompt lookup) or "none" (plain decoding). Left out, it is
+    "model" when a draft is given, or when the target is the bundled demo-target (its draft is demo-draft),
+    and "ngram" otherwise. Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
+    """
+    if drafter is not None and drafter not in DRAFTERS:
+        raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
+    if drafter is None:
+        drafter = "model" if (draft is not None or target == "demo-target") else "ngram"
+    if drafter == "model" and draft is None:
+        if target != "demo-target":
+            raise BadSetting("drafter 'model' needs a draft model (give one, or choose drafter ngram or none)")
+        draft = "demo-draft"
+    if drafter != "model":
+        draft = None
+    say = progress or (lambda msg: None)
+    say(f"loading target {target}")
+    t = load_model(target, target_quant, double_quant, dtype, device)
+    d = None
+    if draft is not None:
+        say(f"loading draft {draft}")
+        d = load_model(draft, draft_quant, double_quant, dtype, t.device)
+    say("checking compatibility")
+    return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft)

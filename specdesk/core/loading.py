@@ -1,0 +1,255 @@
+"""Finding and loading models: local folders, the local Hugging Face cache, and the bundled demo pair.
+
+Nothing here downloads. A name that is neither a folder nor already in the local Hugging Face cache
+is a clear error. Quantization goes through transformers' ``BitsAndBytesConfig`` with the compute
+dtype equal to the model dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from specdesk.core.errors import BadModel, BadSetting, ModelNotFound, OutOfMemory
+
+log = logging.getLogger(__name__)
+
+DEMO_NAMES = ("demo-target", "demo-draft")
+QUANTS = ("none", "int8", "nf4", "fp4")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+
+
+def bundled_models_dir() -> Path:
+    """resources/models of a source checkout, or specdesk/resources/models of an installed package."""
+    here = Path(__file__).resolve().parent.parent  # .../specdesk
+    for candidate in (here / "resources" / "models", here.parent / "resources" / "models"):
+        if (candidate / "demo-target" / "config.json").exists():
+            return candidate
+    return here.parent / "resources" / "models"
+
+
+def hf_cache_dir() -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def resolve(ref: str | os.PathLike) -> Path:
+    """A model reference (demo name, folder, or Hugging Face id in the local cache) -> its folder."""
+    text = str(ref).strip()
+    if not text:
+        raise ModelNotFound("no model given")
+    if text in DEMO_NAMES:
+        path = bundled_models_dir() / text
+        if not (path / "config.json").exists():
+            raise ModelNotFound(f"the bundled model {text} is missing from {path.parent} (broken install?)")
+        return path
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise BadModel(f"{path} is a file; give the model's folder (the one holding config.json)")
+        return path.resolve()
+    looks_like_id = text.count("/") == 1 and not text.startswith((".", "/", "~"))
+    if looks_like_id:
+        from huggingface_hub import snapshot_download
+
+        try:
+            return Path(snapshot_download(text, local_files_only=True))
+        except Exception:
+            raise ModelNotFound(
+                f"{text} is not in the local Hugging Face cache ({hf_cache_dir()}); specdesk never downloads: "
+                f"fetch it first (e.g. `hf download {text}`) or give a local folder") from None
+    raise ModelNotFound(f"no such model folder: {path}")
+
+
+def _check_safetensors(path: Path) -> None:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(8)
+            if len(raw) < 8:
+                raise ValueError("file too short")
+            (n,) = struct.unpack("<Q", raw)
+            if n <= 0 or n > 100 * 2**20:
+                raise ValueError("bad header length")
+            json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        raise BadModel(f"corrupt weights file {path.name} in {path.parent}: {e}") from None
+
+
+def read_config(path: Path) -> dict:
+    cfg_path = path / "config.json"
+    if not cfg_path.exists():
+        raise BadModel(f"{path} is not a model folder: it has no config.json")
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise BadModel(f"corrupt config.json in {path}: {e}") from None
+    if not isinstance(cfg, dict) or "model_type" not in cfg:
+        raise BadModel(f"config.json in {path} has no model_type; is this a Hugging Face model folder?")
+    return cfg
+
+
+def weight_files(path: Path) -> list[Path]:
+    """The safetensors files of a model folder (following an index when sharded)."""
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError) as e:
+            raise BadModel(f"corrupt model.safetensors.index.json in {path}: {e}") from None
+        files = [path / n for n in names]
+        missing = [f.name for f in files if not f.exists()]
+        if missing:
+            raise BadModel(f"{path} is incomplete: missing {', '.join(missing[:3])} (partial download?)")
+        return files
+    return sorted(path.glob("*.safetensors"))
+
+
+def check_model_folder(path: Path, need_weights: bool = True) -> dict:
+    """Validate a folder cheaply (no weights read); return its config."""
+    cfg = read_config(path)
+    if need_weights:
+        files = weight_files(path)
+        if not files and not (path / "pytorch_model.bin").exists():
+            raise BadModel(f"{path} has no weights (no *.safetensors); partial download?")
+        for f in files:
+            _check_safetensors(f)
+    if not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise BadModel(f"{path} has no tokenizer files (tokenizer.json or tokenizer.model)")
+    return cfg
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device in ("auto", "", None):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise BadSetting("device cuda requested but no CUDA GPU is available (use --device cpu or auto)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise BadSetting(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype not in DTYPES:
+        raise BadSetting(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def quantization_config(quant: str, double_quant: bool, dtype):
+    if quant not in QUANTS:
+        raise BadSetting(f"unknown quantization {quant!r}: use one of {', '.join(QUANTS)}")
+    if quant == "none":
+        return None
+    from transformers import BitsAndBytesConfig
+
+    if quant == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=quant, bnb_4bit_compute_dtype=dtype,
+                              bnb_4bit_use_double_quant=double_quant)
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path
+    model: object
+    tokenizer: object
+    quant: str
+    double_quant: bool
+    dtype: str
+    device: str
+    vocab: int  # tokenizer vocabulary: ids >= vocab are padding rows of the embedding
+    embedding_rows: int
+    eos_ids: frozenset[int]
+    params: int
+    weight_bytes: int
+
+    def describe(self) -> dict:
+        return {"name": self.name, "path": str(self.path), "quant": self.quant, "double_quant": self.double_quant,
+                "dtype": self.dtype, "device": self.device, "params": self.params,
+                "weight_bytes": self.weight_bytes, "vocab": self.vocab, "embedding_rows": self.embedding_rows,
+                "architecture": getattr(self.model.config, "model_type", "?")}
+
+
+def quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message=".*MatMul8bitLt.*")
+    warnings.filterwarnings("ignore", message=".*inputs will be cast.*")
+
+
+def load_tokenizer(path: Path):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # tokenizers raise many types; the user needs the one line
+        raise BadModel(f"could not read the tokenizer in {path}: {str(e).splitlines()[0] if str(e) else e!r}") from None
+
+
+def eos_ids_of(path: Path, model, tokenizer) -> frozenset[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    for value in (getattr(gen, "eos_token_id", None), getattr(model.config, "eos_token_id", None),
+                  tokenizer.eos_token_id):
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, (list, tuple)) else [value])
+    return frozenset(int(i) for i in ids)
+
+
+def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype: str = "auto",
+               device: str = "auto") -> LoadedModel:
+    """Load one model and its tokenizer, ready for inference."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    quiet_transformers()
+    path = resolve(ref)
+    cfg = check_model_folder(path)
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    qcfg = quantization_config(quant, double_quant, torch_dtype)
+    if qcfg is not None and "quantization_config" in cfg:
+        raise BadSetting(f"{path.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
+                         f"load it with quantization none")
+    tokenizer = load_tokenizer(path)
+    kwargs = dict(dtype=torch_dtype, local_files_only=True, attn_implementation="sdpa")
+    if qcfg is not None:
+        kwargs.update(quantization_config=qcfg, device_map={"": device})
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if qcfg is None:
+            model = model.to(device)
+    except torch.cuda.OutOfMemoryError:
+        raise OutOfMemory(f"out of GPU memory loading {path.name}: try a 4-bit quantization (nf4) or a smaller model") from None
+    except MemoryError:
+        raise OutOfMemory(f"out of memory loading {path.name}") from None
+    except (ValueError, OSError, RuntimeError, KeyError, ImportError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BadModel(f"could not load {path.name}: {first}") from None
+    model.eval()
+    name = str(ref) if str(ref) in DEMO_NAMES else path.name
+    embedding_rows = model.get_input_embeddings().weight.shape[0]
+    return LoadedModel(
+        name=name, path=path, model=model, tokenizer=tokenizer, quant=quant,
+        double_quant=double_quant and quant in ("nf4", "fp4"), dtype=str(torch_dtype).replace("torch.", ""),
+        device=device, vocab=min(len(tokenizer), embedding_rows), embedding_rows=embedding_rows,
+        eos_ids=eos_ids_of(path, model, tokenizer), params=sum(p.numel() for p in model.parameters()),
+        weight_bytes=int(model.get_memory_footprint()))

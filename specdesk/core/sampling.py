@@ -1,0 +1,65 @@
+"""Turning logits into the distribution a token is drawn from.
+
+The same processing is applied to the draft's and the target's logits, in the order Hugging Face's
+logits warpers use (temperature, then top-k, then top-p), so that speculative sampling reproduces
+exactly the distribution a user configured for the target alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdesk.core.errors import BadSetting
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """temperature 0 means greedy (argmax); top_k 0 and top_p 1.0 mean "off"."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.temperature <= 100.0):
+            raise BadSetting(f"temperature must be between 0 and 100, got {self.temperature}")
+        if self.top_k < 0:
+            raise BadSetting(f"top-k must be 0 (off) or positive, got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise BadSetting(f"top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Probabilities after temperature, top-k and top-p. logits: (..., V) -> probs (..., V), float32."""
+    x = logits.float() / cfg.temperature
+    vocab = x.shape[-1]
+    if 0 < cfg.top_k < vocab:
+        kth = torch.topk(x, cfg.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        x = x.masked_fill(x < kth, float("-inf"))  # ties with the k-th value are kept, as in HF
+    if cfg.top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=False)
+        cum = sorted_x.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cum <= (1.0 - cfg.top_p)
+        remove_sorted[..., -1] = False  # always keep the most likely token
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        x = x.masked_fill(remove, float("-inf"))
+    return x.softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One draw per row. probs: (..., V) -> (...,) int64."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    out = torch.multinomial(flat, 1, generator=generator)  # (N, 1)
+    return out.reshape(probs.shape[:-1])
+
+
+def make_generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g

@@ -1,0 +1,155 @@
+"""Session logs: JSON Lines, written and flushed line by line so a killed process loses no finished step.
+
+A file holds one session (fixed models and device) and one or more generations:
+
+    {"type": "header", "format": "specdesk-session/1", "versions": {...}, "device": ..., "target": {...},
+     "draft": {...} | null, "drafter": ..., "settings": {...}, "created": ...}
+    {"type": "generation", "index": 0, "settings": {...}, "drafter": ..., "prompt": ..., "prompt_tokens": N}
+    {"type": "step", "generation": 0, "index": 0, "token_ids": [...], "drafted": 4, "accepted": 3, ...}
+    {"type": "summary", "generation": 0, "stop_reason": ..., "text": ..., "stats": {...}}
+
+``specdesk generate --log`` writes one generation; the desktop app appends one per reply.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdesk.core.events import DoneEvent, PrefillEvent, StepEvent
+
+FORMAT = "specdesk-session/1"
+
+
+def library_versions() -> dict:
+    import importlib.metadata as md
+
+    out = {}
+    for dist in ("specdesk", "torch", "transformers", "bitsandbytes", "tokenizers"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = None
+    out["python"] = platform.python_version()
+    return out
+
+
+class SessionLogWriter:
+    """Append-only writer. Every line is flushed (and fsynced at generation ends) as it is written."""
+
+    def __init__(self, path: str | os.PathLike, engine_info: dict, settings: dict | None = None,
+                 memory: Callable[[], dict] | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = self.path.open("a", encoding="utf-8")
+        self._memory = memory
+        self._generation = -1
+        self._write({"type": "header", "format": FORMAT, "created": _now(), "versions": library_versions(),
+                     "platform": platform.platform(), **engine_info, "settings": settings or {}})
+
+    def _write(self, obj: dict) -> None:
+        self._f.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._f.flush()
+
+    def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None) -> int:
+        self._generation += 1
+        self._write({"type": "generation", "index": self._generation, "created": _now(), "drafter": drafter,
+                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens})
+        return self._generation
+
+    def event(self, ev) -> None:
+        """Record one engine event of the current generation."""
+        g = self._generation
+        if isinstance(ev, PrefillEvent):
+            self._write({"type": "prefill", "generation": g, **_plain(ev)})
+        elif isinstance(ev, StepEvent):
+            line = {"type": "step", "generation": g, **ev.to_dict()}
+            if self._memory is not None:
+                line["memory"] = self._memory()
+            self._write(line)
+        elif isinstance(ev, DoneEvent):
+            self._write({"type": "summary", "generation": g, "stop_reason": ev.stop_reason, "seed": ev.seed,
+                         "text": ev.text, "token_ids": list(ev.token_ids), "stats": ev.stats.to_dict()})
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if not self._f.closed:
+            self._f.flush()
+            self._f.close()
+
+    def __enter__(self) -> "SessionLogWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _plain(ev) -> dict:
+    from dataclasses import asdict
+
+    return asdict(ev)
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+@dataclass
+class Generation:
+    index: int
+    info: dict
+    prefill: dict | None = None
+    steps: list[dict] = field(default_factory=list)
+    summary: dict | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.summary is not None
+
+
+@dataclass
+class SessionLog:
+    path: Path
+    header: dict
+    generations: list[Generation]
+    truncated: bool = False  # the last line was cut (the writer was killed mid-line)
+
+
+def read_log(path: str | os.PathLike) -> SessionLog:
+    """Read a session log, tolerating a half-written last line. Raises ValueError for a non-log file."""
+    p = Path(path)
+    header: dict | None = None
+    gens: list[Generation] = []
+    truncated = False
+    with p.open(encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if n >= len(lines) - 2:  # only the very last line may be cut short
+                truncated = True
+                break
+            raise ValueError(f"{p.name}: line {n + 1} is not JSON") from None
+        kind = obj.get("type")
+        if kind == "header":
+            if header is None:
+                header = obj
+        elif kind == "generation":
+            gens.append(Generation(index=obj.get("index", len(gens)), info=obj))
+        elif gens and kind == "prefill":
+            gens[-1].prefill = obj
+        elif gens and kind == "step":
+            gens[-1].steps.append(obj)
+        elif gens and kind == "summary":
+            gens[-1].summary = obj
+    if header is None or header.get("format", "").split("/")[0] != FORMAT.split("/")[0]:
+        raise ValueError(f"{p.name} is not a specdesk session log")
+    return SessionLog(path=p, header=header, generations=gens, truncated=truncated)

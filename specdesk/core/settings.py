@@ -1,0 +1,45 @@
+"""Generation settings, validated where they are made so a bad value never reaches the loop."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from specdesk.core.errors import BadSetting
+from specdesk.core.sampling import SamplingConfig
+
+MAX_K = 32
+MAX_NEW_TOKENS = 100_000
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """k: draft tokens per step (0 disables drafting), or "auto" for the adaptive controller."""
+
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int | None = None
+    k: int | str = 4
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_new_tokens, int) or not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):
+            raise BadSetting(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}, got {self.max_new_tokens}")
+        if self.k != "auto" and (not isinstance(self.k, int) or not (0 <= self.k <= MAX_K)):
+            raise BadSetting(f"k must be between 0 and {MAX_K} or 'auto', got {self.k!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or not (0 <= self.seed < 2**63)):
+            raise BadSetting(f"seed must be a non-negative integer, got {self.seed!r}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise BadSetting("stop strings must be non-empty text")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        self.sampling  # validates temperature, top-k, top-p
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, self.top_k, self.top_p)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d

@@ -1,0 +1,1 @@
+"""The desktop app: PySide6 + pyqtgraph. Draws and forwards; the engine lives in specdesk.core."""

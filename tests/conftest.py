@@ -1,0 +1,85 @@
+"""Shared fixtures: tiny real models built on disk (no downloads), and the real Qt platform offscreen."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = ROOT / "resources" / "models"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def copy_demo_tokenizer(dest: Path) -> None:
+    for name in TOKENIZER_FILES:
+        shutil.copy(DEMO / "demo-target" / name, dest / name)
+
+
+def make_llama(dest: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               intermediate: int = 128, seed: int = 0, vocab_rows: int = 4096, init_std: float = 0.2,
+               arch: str = "llama", tokenizer: str = "demo", eos: int | None = 0, **extra) -> Path:
+    """A small randomly initialised causal LM saved as a Hugging Face folder with the demo tokenizer.
+
+    ``init_std`` is larger than usual so random models have peaked next-token distributions (near-ties
+    in argmax would make greedy parity hinge on last-bit rounding, which is not what the tests are about).
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    dest.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = AutoConfig.for_model(arch, vocab_size=vocab_rows, hidden_size=hidden, num_hidden_layers=layers,
+                               num_attention_heads=heads, num_key_value_heads=kv_heads,
+                               intermediate_size=intermediate, max_position_embeddings=1024,
+                               initializer_range=init_std, tie_word_embeddings=True,
+                               bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **extra)
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(dest)
+    GenerationConfig(eos_token_id=eos, bos_token_id=eos, pad_token_id=eos).save_pretrained(dest)
+    if tokenizer == "demo":
+        copy_demo_tokenizer(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(models_dir) -> Path:
+    return make_llama(models_dir / "tiny-target", hidden=64, layers=2, seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_draft(models_dir) -> Path:
+    return make_llama(models_dir / "tiny-draft", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seed=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_target_copy(models_dir, tiny_target) -> Path:
+    dest = models_dir / "tiny-target-copy"
+    shutil.copytree(tiny_target, dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_target, tiny_draft):
+    import specdesk
+
+    return specdesk.load(str(tiny_target), str(tiny_draft), device="cpu")
+
+
+PROMPTS = [
+    "def fibonacci(n):\n    ",
+    "import os\nimport sys\n\nclass Config:\n    def __init__(self, path):\n        self.path = path\n",
+    "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
+    "# A docstring follows\n",
+]

@@ -1,0 +1,123 @@
+"""`specdesk generate`: streams text, --json result, --log session log, one-line errors with exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specdesk.core.sessionlog import read_log
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, timeout=300, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "specdesk", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env, **kw)
+
+
+def test_generate_json_and_log(tiny_target, tiny_draft, tmp_path):
+    log = tmp_path / "s.jsonl"
+    r = run("generate", "--target", str(tiny_target), "--draft", str(tiny_draft), "--prompt", "def f(x):",
+            "--max-new-tokens", "12", "--k", "3", "--json", "--log", str(log))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["token_ids"]) == 12 and out["stop_reason"] == "max_new_tokens"
+    for key in ("drafted", "accepted", "acceptance_rate", "mean_accepted_length", "target_forwards",
+                "decode_seconds", "tokens_per_second"):
+        assert key in out["stats"]
+    session = read_log(log)
+    assert session.header["versions"]["torch"] and session.header["target"]["quant"] == "none"
+    assert session.header["settings"]["k"] == 3
+    gen = session.generations[0]
+    assert gen.complete and sum(len(s["token_ids"]) for s in gen.steps) == 12
+    assert gen.summary["token_ids"] == out["token_ids"]
+    assert "rss_bytes" in gen.steps[0]["memory"]
+
+
+def test_generate_streams_text(tiny_target, tiny_draft):
+    r = run("generate", "--target", str(tiny_target), "--draft", str(tiny_draft), "--prompt", "import os",
+            "--max-new-tokens", "10")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() and "tok/s" in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--prompt", "x", "--max-new-tokens", "-3"], "max new tokens"),
+    (["--prompt", "x", "--k", "-1"], "k must be"),
+    (["--prompt", "x", "--temperature", "-1"], "temperature"),
+    (["--prompt", "x", "--top-p", "2"], "top-p"),
+    (["--prompt-file", "/no/such/file"], "cannot read prompt file"),
+    (["--prompt", "x", "--target", "/no/such/model"], "no such model folder"),
+    (["--prompt", "x", "--target", "nobody/nothing-7b"], "not in the local Hugging Face cache"),
+    (["--prompt", "x", "--drafter", "ngram", "--draft", "demo-draft"], "contradict"),
+    (["--prompt", "x", "--target-quant", "int3"], "invalid choice"),
+    (["--max-new-tokens", "5"], "required"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    r = run("generate", *args, timeout=120)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdesk: error: ") and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_folders_that_are_not_models(tmp_path, tiny_target):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    corrupt_cfg = tmp_path / "corrupt-config"
+    corrupt_cfg.mkdir()
+    (corrupt_cfg / "config.json").write_text("{not json")
+    corrupt_st = tmp_path / "corrupt-weights"
+    import shutil
+
+    shutil.copytree(tiny_target, corrupt_st)
+    (corrupt_st / "model.safetensors").write_bytes(b"\x00\x01garbage")
+    for folder, needle in ((empty, "no config.json"), (corrupt_cfg, "corrupt config.json"),
+                           (corrupt_st, "corrupt weights file")):
+        r = run("generate", "--target", str(folder), "--drafter", "none", "--prompt", "x", timeout=120)
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_killed_process_leaves_a_readable_log(tiny_target, tiny_draft, tmp_path):
+    log = tmp_path / "killed.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "specdesk", "generate", "--target", str(tiny_target), "--draft",
+                          str(tiny_draft), "--prompt", "x", "--max-new-tokens", "1000", "--log", str(log)],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if log.exists() and log.read_text().count('"type":"step"') >= 5:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    session = read_log(log)
+    steps = session.generations[0].steps
+    assert len(steps) >= 5 and not session.generations[0].complete
+    assert all("token_ids" in s for s in steps)
+
+
+def test_interrupt_writes_summary(tiny_target, tiny_draft, tmp_path):
+    log = tmp_path / "int.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen([sys.executable, "-m", "specdesk", "generate", "--target", str(tiny_target), "--draft",
+                          str(tiny_draft), "--prompt", "x", "--max-new-tokens", "1000", "--log", str(log)],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if log.exists() and log.read_text().count('"type":"step"') >= 3:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "Traceback" not in err
+    gen = read_log(log).generations[0]
+    assert gen.complete and gen.summary["stop_reason"] == "cancelled"
