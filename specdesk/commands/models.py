@@ -1,14 +1,82 @@
-"""``specdesk models``: not built yet."""
+"""``specdesk models``: every usable model on this machine, and which can draft for which."""
 
 from __future__ import annotations
 
-from specdesk.core.errors import SpecdeskError
+import argparse
+import json
+
+from specdesk.core import userdirs
+from specdesk.core.discovery import discover, drafts_for
+from specdesk.core.errors import BadModel
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("models", help="(not built yet)")
+    p = sub.add_parser("models", help="list local models (bundled, Hugging Face cache, added folders)",
+                       description="List the models specdesk can use, and compatible drafts for a target.")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--drafts-for", metavar="TARGET", help="list compatible drafts for this target, smallest first")
+    p.add_argument("--add", metavar="FOLDER", help="remember a model folder (kept in the settings file)")
+    p.add_argument("--remove", metavar="FOLDER", help="forget a remembered folder")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    raise SpecdeskError("`specdesk models` is not built yet")
+def human(n: int | None) -> str:
+    if not n:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def count(n: int | None) -> str:
+    if not n:
+        return "-"
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if args.add:
+        p = Path(args.add).expanduser()
+        if not p.is_dir():
+            raise BadModel(f"no such folder: {p}")
+        userdirs.add_folder(p)
+    if args.remove:
+        userdirs.remove_folder(args.remove)
+    if args.drafts_for:
+        cands = drafts_for(args.drafts_for)
+        if args.json:
+            print(json.dumps([c.to_dict() for c in cands], indent=2))
+            return 0
+        good = [c for c in cands if c.compatible]
+        print(f"Compatible drafts for {args.drafts_for} (smallest first):")
+        for c in good:
+            print(f"  {c.entry.name:40s} {count(c.entry.params):>8s} params  {human(c.entry.bytes_on_disk):>9s}")
+        if not good:
+            print("  none (prompt lookup, --drafter ngram, needs no draft model)")
+        others = [c for c in cands if not c.compatible]
+        if others:
+            print("Not usable as drafts:")
+            for c in others:
+                print(f"  {c.entry.name:40s} {c.reason}")
+        return 0
+    entries = discover()
+    if args.json:
+        print(json.dumps([e.to_dict() for e in entries], indent=2))
+        return 0
+    header = f"{'NAME':40s} {'SOURCE':9s} {'ARCH':10s} {'PARAMS':>8s} {'VOCAB':>7s} {'DTYPE':9s} {'SIZE':>9s} {'QUANT':6s} CHAT"
+    print(header)
+    for e in entries:
+        if not e.usable:
+            print(f"{e.name[:40]:40s} {e.source:9s} unusable: {e.reason}")
+            continue
+        print(f"{e.name[:40]:40s} {e.source:9s} {str(e.architecture)[:10]:10s} {count(e.params):>8s} "
+              f"{e.vocab_size or '-':>7} {str(e.dtype)[:9]:9s} {human(e.bytes_on_disk):>9s} "
+              f"{(e.quantized or 'no')[:6]:6s} {'yes' if e.chat_template else 'no'}")
+    return 0

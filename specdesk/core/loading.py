@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,16 +68,11 @@ def resolve(ref: str | os.PathLike) -> Path:
 
 
 def _check_safetensors(path: Path) -> None:
+    from specdesk.core.stheader import read_header
+
     try:
-        with path.open("rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise ValueError("file too short")
-            (n,) = struct.unpack("<Q", raw)
-            if n <= 0 or n > 100 * 2**20:
-                raise ValueError("bad header length")
-            json.loads(f.read(n))
-    except (OSError, ValueError) as e:
+        read_header(path)
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise BadModel(f"corrupt weights file {path.name} in {path.parent}: {e}") from None
 
 

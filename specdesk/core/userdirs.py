@@ -1,0 +1,83 @@
+"""Where specdesk keeps its files: settings, session logs, measured memory peaks.
+
+``SPECDESK_CONFIG_DIR`` and ``SPECDESK_DATA_DIR`` override the platform defaults (tests use them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def config_dir() -> Path:
+    env = os.environ.get("SPECDESK_CONFIG_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("specdesk", appauthor=False))
+
+
+def data_dir() -> Path:
+    env = os.environ.get("SPECDESK_DATA_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("specdesk", appauthor=False))
+
+
+def logs_dir() -> Path:
+    return data_dir() / "sessions"
+
+
+def settings_path() -> Path:
+    return config_dir() / "settings.json"
+
+
+def load_settings() -> dict:
+    """The user's settings; an unreadable file counts as empty (it is rewritten on the next save)."""
+    try:
+        data = json.loads(settings_path().read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_settings(settings: dict) -> None:
+    """Write atomically, so a crash never leaves half a settings file."""
+    path = settings_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(settings, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def update_settings(**changes) -> dict:
+    s = load_settings()
+    s.update(changes)
+    save_settings(s)
+    return s
+
+
+def added_folders() -> list[str]:
+    return [str(p) for p in load_settings().get("model_folders", []) if isinstance(p, str)]
+
+
+def add_folder(path: str | os.PathLike) -> list[str]:
+    folders = added_folders()
+    p = str(Path(path).expanduser().resolve())
+    if p not in folders:
+        folders.append(p)
+    update_settings(model_folders=folders)
+    return folders
+
+
+def remove_folder(path: str | os.PathLike) -> list[str]:
+    p = str(Path(path).expanduser().resolve())
+    folders = [f for f in added_folders() if f != p and f != str(path)]
+    update_settings(model_folders=folders)
+    return folders

@@ -1,0 +1,113 @@
+"""Model discovery on a Hugging Face cache laid out as the hub writes it (blobs, snapshots symlinks, refs)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def add_to_hub_cache(cache: Path, repo_id: str, folder: Path | None, *, skip: tuple[str, ...] = (),
+                     incomplete: bool = False, commit: str = "a" * 40) -> Path:
+    """Lay ``folder``'s files out like huggingface_hub does: content-addressed blobs + symlinked snapshot."""
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(commit)
+    for f in sorted(folder.iterdir()) if folder else []:
+        if f.name in skip:
+            continue
+        data = f.read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    if incomplete:
+        (repo / "blobs" / ("f" * 64 + ".incomplete")).write_bytes(b"\0" * 1000)
+    return snap
+
+
+@pytest.fixture()
+def hub_cache(tmp_path, tiny_target, tiny_draft, tiny_target_copy):
+    cache = tmp_path / "hub"
+    add_to_hub_cache(cache, "acme/tiny-target", tiny_target)
+    add_to_hub_cache(cache, "acme/tiny-draft", tiny_draft)
+    add_to_hub_cache(cache, "acme/partial-model", tiny_target, skip=("model.safetensors",), incomplete=True)
+    add_to_hub_cache(cache, "acme/no-config", tiny_draft, skip=("config.json",))
+    return cache
+
+
+def specdesk(*args, env_extra=None, tmp_path=None):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "specdesk", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def test_models_lists_bundled_cache_and_broken_entries(hub_cache, tmp_path):
+    env = {"HF_HUB_CACHE": str(hub_cache), "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg")}
+    r = specdesk("models", "--json", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    rows = {e["name"]: e for e in json.loads(r.stdout)}
+    assert rows["demo-target"]["usable"] and rows["demo-target"]["source"] == "bundled"
+    t = rows["acme/tiny-target"]
+    assert t["usable"] and t["source"] == "hf-cache" and t["architecture"] == "llama"
+    assert t["vocab_size"] == 4096 and t["params"] > 0 and t["bytes_on_disk"] > 100_000
+    assert t["chat_template"] is False and t["quantized"] is None and t["dtype"] == "float32"
+    partial = rows["acme/partial-model"]
+    assert not partial["usable"] and ("partial" in partial["reason"] or "no weights" in partial["reason"])
+    assert not rows["acme/no-config"]["usable"] and "config.json" in rows["acme/no-config"]["reason"]
+
+
+def test_hf_home_is_honoured(hub_cache, tmp_path):
+    home = tmp_path / "hfhome"
+    (home).mkdir()
+    shutil.move(str(hub_cache), str(home / "hub"))
+    env = {"HF_HOME": str(home), "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg")}
+    env_clean = {k: v for k, v in os.environ.items() if k != "HF_HUB_CACHE"}
+    r = subprocess.run([sys.executable, "-m", "specdesk", "models", "--json"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env={**env_clean, **env, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "acme/tiny-target" in {e["name"] for e in json.loads(r.stdout)}
+
+
+def test_drafts_for_lists_compatible_smallest_first_and_says_why_not(hub_cache, tmp_path, tiny_draft):
+    odd = tmp_path / "odd-draft"
+    shutil.copytree(tiny_draft, odd)
+    data = json.loads((odd / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    vocab[by_id[500]], vocab[by_id[501]] = 501, 500
+    (odd / "tokenizer.json").write_text(json.dumps(data))
+    env = {"HF_HUB_CACHE": str(hub_cache), "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg")}
+    r = specdesk("models", "--add", str(odd), "--drafts-for", "acme/tiny-target", "--json", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    compatible = [c["name"] for c in rows if c["compatible"]]
+    assert compatible[:1] == ["acme/tiny-draft"]  # smallest first
+    demo = next(c for c in rows if c["name"] == "demo-draft")  # same tokenizer, but bigger than this target
+    assert not demo["compatible"] and demo["incompatibility"] == "not smaller than the target"
+    odd_row = next(c for c in rows if c["name"] == str(odd.resolve()))
+    assert not odd_row["compatible"] and "token id 500" in odd_row["incompatibility"]
+    # the added folder is remembered in the settings file
+    settings = json.loads((tmp_path / "cfg" / "settings.json").read_text())
+    assert str(odd.resolve()) in settings["model_folders"]
+
+
+def test_generate_with_a_cached_hub_id(hub_cache, tmp_path):
+    env = {"HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"}
+    r = specdesk("generate", "--target", "acme/tiny-target", "--draft", "acme/tiny-draft", "--prompt", "x = 1",
+                 "--max-new-tokens", "5", "--json", env_extra=env)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["token_ids"]) == 5
+    r = specdesk("generate", "--target", "acme/partial-model", "--drafter", "none", "--prompt", "x",
+                 env_extra=env)
+    assert r.returncode == 2 and "no weights" in r.stderr
