@@ -24,8 +24,14 @@ def test_ngram_proposes_continuation_of_latest_match():
     #          0  1  2  3  4  5  6  7  8  9
     ids = [1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3]
     assert lookup(ids, 2) == [7, 8]  # the latest earlier "1 2 3" is followed by 7 8
-    assert lookup(ids, 10) == [7, 8, 1, 2, 3]  # capped by the end of the context
+    # no occurrence is followed by 10 tokens: the one followed by the most (the earliest) wins
+    assert lookup(ids, 10) == [9, 1, 2, 3, 7, 8, 1, 2, 3]
     assert lookup([5, 6, 7], 3) == []  # nothing repeats
+
+
+def test_ngram_in_a_repeating_run_proposes_k_tokens():
+    # the latest "5 5" ends right before the cursor; an occurrence 4 back still offers 4 tokens
+    assert lookup([7] + [5] * 10, 4, max_n=2, min_n=2) == [5, 5, 5, 5]
 
 
 def test_ngram_prefers_longer_matches_and_respects_min_n():

@@ -1,14 +1,151 @@
-"""``specdesk bench``: not built yet."""
+"""``specdesk bench``: measured speed-ups against plain decoding and transformers, with the theory beside them."""
 
 from __future__ import annotations
 
-from specdesk.core.errors import SpecdeskError
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from specdesk.commands.common import add_model_args
+from specdesk.core.errors import BadSetting
+
+QUICK = dict(per_category=1, repeats=2, ks=(2, 4), hf_ks=(4,), temps=(0.0, 0.7), max_new=48, long_new=32)
+FULL = dict(per_category=3, repeats=3, ks=(1, 2, 3, 4, 5, 6, 7, 8), hf_ks=(2, 4, 6), temps=(0.0, 0.7),
+            max_new=96, long_new=64)
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help="(not built yet)")
+    p = sub.add_parser("bench", help="benchmark speculative decoding against plain decoding and transformers",
+                       description="Run the prompt suite with every method interleaved; report speed-ups, "
+                                   "acceptance, the predicted speed-up and exactness.")
+    add_model_args(p)
+    p.add_argument("--quick", action="store_true", help="a smaller suite (under 3 minutes on 2 CPU cores)")
+    p.add_argument("--json", type=Path, metavar="OUT", help="write every run and the summary as JSON")
+    p.add_argument("--markdown", type=Path, metavar="OUT", help="write the report as Markdown")
+    p.add_argument("--plot", type=Path, metavar="OUT.png", help="draw the greedy speed-ups as a PNG")
+    p.add_argument("--repeats", type=int, help="override the number of repeats")
+    p.add_argument("--ks", help="comma-separated fixed k values for the draft model (e.g. 1,2,4)")
+    p.add_argument("--lookup-k", type=int, default=4, help="k for prompt lookup (default 4)")
+    p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
+    p.add_argument("--greedy-only", action="store_true", help="skip the temperature 0.7 runs")
+    p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    raise SpecdeskError("`specdesk bench` is not built yet")
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from specdesk.commands.common import load_engine
+    from specdesk.core.bench.analysis import analyse, goals
+    from specdesk.core.bench.report import markdown, to_json
+    from specdesk.core.bench.runner import default_methods, run_suite
+    from specdesk.core.bench.suite import CATEGORIES, build_suite
+    from specdesk.core.sessionlog import library_versions
+
+    cfg = dict(QUICK if args.quick else FULL)
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise BadSetting("--repeats must be at least 1")
+        cfg["repeats"] = args.repeats
+    if args.ks:
+        try:
+            cfg["ks"] = tuple(int(x) for x in args.ks.split(","))
+        except ValueError:
+            raise BadSetting(f"--ks must be comma-separated whole numbers, not {args.ks!r}") from None
+        if any(k < 1 or k > 16 for k in cfg["ks"]):
+            raise BadSetting("--ks values must be between 1 and 16")
+    if args.greedy_only:
+        cfg["temps"] = (0.0,)
+    cats = CATEGORIES
+    if args.categories:
+        cats = tuple(c.strip() for c in args.categories.split(","))
+        bad = [c for c in cats if c not in CATEGORIES]
+        if bad:
+            raise BadSetting(f"unknown category {bad[0]!r}: use {', '.join(CATEGORIES)}")
+    for out in (args.json, args.markdown, args.plot):
+        if out is not None and not out.parent.exists():
+            raise BadSetting(f"cannot write {out}: folder {out.parent} does not exist")
+
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    if args.drafter is None:
+        args.drafter = "model" if (args.draft or args.target == "demo-target") else "ngram"
+    engine = load_engine(args, progress=say)
+    has_draft = engine.draft is not None
+    prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer) if p.category in cats]
+    hf_ks = tuple(k for k in cfg["hf_ks"] if k in cfg["ks"]) or cfg["ks"][-1:]
+    methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf)
+    max_new = {c: cfg["max_new"] for c in CATEGORIES}
+    max_new["long_context"] = cfg["long_new"]
+    say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "
+        f"{cfg['repeats']} repeats")
+    t0 = time.perf_counter()
+    runs = run_suite(engine, prompts, methods, cfg["temps"], cfg["repeats"], max_new, progress=say)
+    seconds = time.perf_counter() - t0
+    rows = analyse(runs)
+    goal_list = goals(rows)
+    versions = library_versions()
+    meta = {"target": engine.target.name, "draft": engine.draft.name if engine.draft else None,
+            "device": engine.device, "cpu_threads": torch.get_num_threads(), "torch": versions["torch"],
+            "transformers": versions["transformers"], "mode": "quick" if args.quick else "full",
+            "repeats": cfg["repeats"], "max_new_tokens": max_new, "seconds": seconds,
+            "methods": [m.name for m in methods], "prompts": [f"{p.category}:{p.name}" for p in prompts]}
+    md = markdown(rows, goal_list, meta)
+    print(md)
+    if args.markdown:
+        args.markdown.write_text(md, encoding="utf-8")
+    if args.json:
+        args.json.write_text(json.dumps(to_json(rows, goal_list, meta, runs), indent=1), encoding="utf-8")
+    if args.plot:
+        plot_speedups(rows, args.plot, f"{meta['target']} + {meta['draft']} on {meta['device']}")
+    return 0
+
+
+def plot_speedups(rows, out: Path, title: str) -> None:
+    """Grouped bars of greedy speed-ups per category, drawn offscreen with pyqtgraph."""
+    import os
+
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    import pyqtgraph as pg
+    import pyqtgraph.exporters as pgex
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])  # noqa: F841 - pyqtgraph needs one
+    pg.setConfigOptions(antialias=True, background="w", foreground="k")
+    greedy = [r for r in rows if r.temperature == 0.0]
+    cats = sorted({r.category for r in greedy})
+    series: dict[str, list[float]] = {}
+    for cat in cats:
+        sel = {r.method: r for r in greedy if r.category == cat}
+        fixed = [r for m, r in sel.items() if m.startswith("draft k=") and r.k != "auto" and r.speedup]
+        best = max(fixed, key=lambda r: r.speedup) if fixed else None
+        values = {
+            "best fixed k": best.speedup if best else 0.0,
+            "adaptive k": (sel.get("draft k=auto").speedup or 0.0) if sel.get("draft k=auto") else 0.0,
+            "prompt lookup": next((r.speedup or 0.0 for m, r in sel.items() if m.startswith("lookup k=")
+                                   and r.k != "auto"), 0.0),
+            "transformers assisted": next((r.wall_speedup or 0.0 for m, r in sel.items()
+                                           if m.startswith("hf-assisted")), 0.0),
+            "transformers lookup": next((r.wall_speedup or 0.0 for m, r in sel.items()
+                                         if m.startswith("hf-lookup")), 0.0),
+        }
+        for name, v in values.items():
+            series.setdefault(name, []).append(v)
+    colors = ["#2b6cb0", "#38a169", "#dd6b20", "#a0aec0", "#718096"]
+    w = pg.PlotWidget(title=title)
+    w.resize(900, 420)
+    w.addLegend(offset=(10, 10))
+    n = len(series)
+    width = 0.8 / max(n, 1)
+    for i, (name, vals) in enumerate(series.items()):
+        xs = [c + (i - (n - 1) / 2) * width for c in range(len(cats))]
+        w.addItem(pg.BarGraphItem(x=xs, height=vals, width=width * 0.9, brush=colors[i % len(colors)], name=name))
+        w.plotItem.legend.addItem(pg.BarGraphItem(x=[0], height=[0], width=0, brush=colors[i % len(colors)]), name)
+    w.addLine(y=1.0, pen=pg.mkPen("#e53e3e", width=1, style=pg.QtCore.Qt.DashLine))
+    w.getAxis("bottom").setTicks([[(i, c) for i, c in enumerate(cats)]])
+    w.setLabel("left", "speed-up vs plain decoding (greedy)")
+    exporter = pgex.ImageExporter(w.plotItem)
+    exporter.parameters()["width"] = 900
+    exporter.export(str(out))

@@ -59,19 +59,22 @@ class NgramDrafter(Drafter):
     """Prompt lookup decoding (Saxena, 2023), with an incremental n-gram index.
 
     For n from ``max_n`` down to ``min_n``, the last n committed tokens are looked up in a table of
-    every earlier n-gram -> the position after its latest occurrence; the first hit's continuation
-    (up to k tokens) is the proposal. The table is updated only with new tokens, so a step's work
-    does not grow with the context. No model, no extra device memory.
+    earlier n-grams -> the positions after their latest occurrences; the first hit's continuation (up
+    to k tokens) is the proposal. Of an n-gram's recent occurrences (up to ``RECENT``), the latest one
+    followed by at least k tokens wins, else the one followed by the most: in a repeating run the very
+    latest occurrence ends just before the cursor and would offer a single token. The table is updated
+    only with new tokens, so a step's work does not grow with the context. No model, no extra memory.
     """
 
     name = "ngram"
+    RECENT = 8
 
     def __init__(self, device: torch.device, max_n: int = 4, min_n: int = 2) -> None:
         if not (1 <= min_n <= max_n):
             raise ValueError("need 1 <= min_n <= max_n")
         self.device = device
         self.max_n, self.min_n = max_n, min_n
-        self._tables: dict[int, dict[tuple[int, ...], int]] = {}
+        self._tables: dict[int, dict[tuple[int, ...], list[int]]] = {}
         self._indexed = 0
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:
@@ -79,21 +82,26 @@ class NgramDrafter(Drafter):
         self._indexed = 0
 
     def _index(self, ids: list[int]) -> None:
-        # Position j is a continuation start for the n-gram ids[j-n:j]; only j < len(ids) - 0 with a
-        # token at j, and never the current suffix (it has no continuation yet).
+        # Position j starts the continuation of the n-gram ids[j-n:j]; the current suffix (j = len)
+        # has no continuation yet and is not indexed, so a lookup never finds itself.
         for j in range(max(1, self._indexed), len(ids)):
             for n, table in self._tables.items():
                 if j >= n:
-                    table[tuple(ids[j - n:j])] = j
+                    positions = table.setdefault(tuple(ids[j - n:j]), [])
+                    positions.append(j)
+                    if len(positions) > self.RECENT:
+                        del positions[0]
         self._indexed = max(self._indexed, len(ids))
 
     def lookup(self, ids: list[int], k: int) -> list[int]:
         self._index(ids)
+        end = len(ids)
         for n in range(self.max_n, self.min_n - 1, -1):
-            if len(ids) < n:
+            if end < n:
                 continue
-            pos = self._tables[n].get(tuple(ids[-n:]))
-            if pos is not None:
+            positions = self._tables[n].get(tuple(ids[-n:]))
+            if positions:
+                pos = next((p for p in reversed(positions) if end - p >= k), positions[0])
                 return ids[pos:pos + k]
         return []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
+from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
 from specdesk.core.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
@@ -39,6 +40,7 @@ class Engine:
         self.compatibility: Compatibility | None = None
         self._runner = TargetRunner(target.model, target.vocab)
         self._model_drafter: ModelDrafter | None = None
+        self._adaptive: dict[str, AdaptiveK] = {}
         if draft is not None:
             if draft.device != target.device:
                 raise BadSetting(f"target on {target.device} but draft on {draft.device}: use one device")
@@ -126,9 +128,14 @@ class Engine:
         if drafter == "none":
             return FixedK(0)
         if gs.k == "auto":
-            from specdesk.core.adaptive import AdaptiveK
-
-            return AdaptiveK()
+            # One controller per drafter lives as long as the engine: the costs it learns belong to this
+            # machine and these models; acceptance belongs to the text, so it is mostly reset per prompt.
+            ctl = self._adaptive.get(drafter)
+            if ctl is None:
+                ctl = self._adaptive[drafter] = AdaptiveK()
+            else:
+                ctl.reset_acceptance()
+            return ctl
         return FixedK(int(gs.k))
 
     @property

@@ -1,0 +1,157 @@
+"""From runs to the table a user reads: medians, paired speed-ups, theory, efficiency, exactness, goals.
+
+Theory (Leviathan, Kalman & Matias 2023): with per-token acceptance probability a, a step drafting k
+tokens emits E = (1 - a^(k+1)) / (1 - a) tokens. With c_draft the draft's cost per drafted token,
+c_verify the target's cost for one verify pass of k+1 positions and c_plain plain decoding's cost per
+token (all measured in the same run), the predicted speed-up is E * c_plain / (k * c_draft + c_verify).
+Efficiency = measured speed-up / predicted: what the engine's bookkeeping and the non-i.i.d. nature of
+real acceptance leave on the table.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from specdesk.core.bench.runner import PLAIN, Run
+
+
+def expected_tokens(a: float, k: int) -> float:
+    if a >= 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+@dataclass(frozen=True)
+class Row:
+    category: str
+    temperature: float
+    method: str
+    kind: str
+    k: str
+    runs: int
+    tokens_per_s: float  # median over runs, decode-only for specdesk methods, whole call for Hugging Face
+    wall_tokens_per_s: float  # median over runs, whole call (prefill + decode) for every method
+    speedup: float | None  # median of paired ratios to plain decoding, same prompt and repeat
+    wall_speedup: float | None
+    acceptance_rate: float | None  # accepted / drafted
+    alpha: float | None  # per-token acceptance probability (successes / trials)
+    mean_accepted_length: float | None  # tokens per target forward
+    predicted_speedup: float | None
+    efficiency: float | None
+    identical: str | None  # greedy: "n/m" prompts token-identical to plain decoding
+    mean_k: float | None  # adaptive methods: mean chosen k
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def analyse(runs: list[Run]) -> list[Row]:
+    by_key: dict[tuple, list[Run]] = defaultdict(list)
+    plain: dict[tuple, Run] = {}
+    for r in runs:
+        by_key[(r.category, r.temperature, r.method)].append(r)
+        if r.method == PLAIN:
+            plain[(r.category, r.prompt, r.temperature, r.repeat)] = r
+    rows = []
+    for (cat, temp, method), rs in by_key.items():
+        pairs = [(r, plain.get((cat, r.prompt, temp, r.repeat))) for r in rs]
+        pairs = [(r, p) for r, p in pairs if p is not None]
+        spec = rs[0].kind == "specdesk"
+        speed = [(r.decode_tps if spec else r.wall_tps) for r in rs]
+        ratios = [(r.decode_tps / p.decode_tps) if spec else None for r, p in pairs if p.decode_tps]
+        wall_ratios = [r.wall_tps / p.wall_tps for r, p in pairs if p.wall_tps]
+        drafted = sum(r.drafted or 0 for r in rs)
+        accepted = sum(r.accepted or 0 for r in rs)
+        trials = sum(r.trials for r in rs)
+        alpha = sum(r.successes for r in rs) / trials if trials else None
+        forwards = sum(r.forwards or 0 for r in rs)
+        tokens = sum(r.new_tokens for r in rs)
+        predicted = efficiency = None
+        measured = _median(ratios) if spec else None
+        if spec and isinstance(rs[0].k, int) and rs[0].k > 0 and method.startswith("draft") and alpha is not None:
+            k = rs[0].k
+            c_draft = sum(r.draft_s or 0 for r in rs) / drafted if drafted else 0.0
+            c_verify = sum(r.verify_s or 0 for r in rs) / forwards if forwards else None
+            p_runs = [p for _, p in pairs]
+            p_tokens = sum(p.new_tokens for p in p_runs)
+            c_plain = sum(p.decode_s or 0 for p in p_runs) / p_tokens if p_tokens else None
+            if c_verify and c_plain:
+                # average drafted per step (< k when the token budget cut the last step short)
+                k_eff = drafted / forwards if forwards else k
+                predicted = expected_tokens(alpha, k) * c_plain / (k_eff * c_draft + c_verify)
+                efficiency = measured / predicted if measured and predicted else None
+        identical = None
+        if temp == 0.0 and method != PLAIN:
+            same = sum(1 for r, p in pairs if r.token_ids == p.token_ids)
+            identical = f"{same}/{len(pairs)}"
+        chosen = [k for r in rs for k in r.chosen_k]
+        rows.append(Row(
+            category=cat, temperature=temp, method=method, kind=rs[0].kind, k=str(rs[0].k), runs=len(rs),
+            tokens_per_s=_median(speed) or 0.0, wall_tokens_per_s=_median([r.wall_tps for r in rs]) or 0.0,
+            speedup=measured if spec else None, wall_speedup=_median(wall_ratios),
+            acceptance_rate=accepted / drafted if drafted else None, alpha=alpha,
+            mean_accepted_length=tokens / forwards if forwards else None,
+            predicted_speedup=predicted, efficiency=efficiency, identical=identical,
+            mean_k=sum(chosen) / len(chosen) if chosen else None))
+    order = {PLAIN: 0}
+    rows.sort(key=lambda r: (r.category, r.temperature, order.get(r.method, 1), r.kind != "specdesk", r.method))
+    return rows
+
+
+@dataclass(frozen=True)
+class Goal:
+    name: str
+    target: str
+    measured: str
+    met: bool
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def goals(rows: list[Row]) -> list[Goal]:
+    """The issue's four goals, evaluated on greedy rows."""
+    greedy = [r for r in rows if r.temperature == 0.0]
+    out = []
+    eff = [r.efficiency for r in greedy if r.efficiency is not None]
+    if eff:
+        out.append(Goal("efficiency of fixed-k draft decoding", ">= 0.90",
+                        f"median {statistics.median(eff):.2f}, min {min(eff):.2f}", statistics.median(eff) >= 0.9))
+    ratios = []
+    for r in greedy:
+        if r.kind == "hf-assisted":
+            ours = next((o for o in greedy if o.category == r.category and o.method == f"draft k={r.k}"), None)
+            if ours and r.wall_tokens_per_s:
+                ratios.append(ours.wall_tokens_per_s / r.wall_tokens_per_s)
+    if ratios:
+        out.append(Goal("specdesk vs transformers assisted generation (same pair, k; whole call)", ">= 1.5x",
+                        f"min {min(ratios):.2f}x, median {statistics.median(ratios):.2f}x", min(ratios) >= 1.5))
+    lookup = [r for r in greedy if r.category == "editing" and r.method.startswith("lookup k=")
+              and r.method != "lookup k=auto"]
+    if lookup and lookup[0].speedup:
+        out.append(Goal("prompt lookup on code editing", ">= 2.0x plain", f"{lookup[0].speedup:.2f}x",
+                        lookup[0].speedup >= 2.0))
+    worst_gap, worst_plain = None, None
+    for cat in sorted({r.category for r in greedy}):
+        fixed = [r for r in greedy if r.category == cat and r.method.startswith("draft k=") and r.k != "auto"
+                 and r.speedup]
+        auto = next((r for r in greedy if r.category == cat and r.method == "draft k=auto"), None)
+        if not fixed or auto is None or not auto.speedup:
+            continue
+        best = max(r.speedup for r in fixed)
+        gap = auto.speedup / best
+        worst_gap = gap if worst_gap is None else min(worst_gap, gap)
+        worst_plain = auto.speedup if worst_plain is None else min(worst_plain, auto.speedup)
+    if worst_gap is not None:
+        out.append(Goal("adaptive k vs best fixed k (every category)", ">= 0.95 of best",
+                        f"worst {worst_gap:.2f}", worst_gap >= 0.95))
+        out.append(Goal("adaptive k vs plain decoding (every category)", ">= 0.97x plain",
+                        f"worst {worst_plain:.2f}x", worst_plain >= 0.97))
+    return out

@@ -1,0 +1,45 @@
+"""The benchmark's Markdown and JSON reports (plain strings and dicts; printing is the caller's job)."""
+
+from __future__ import annotations
+
+from specdesk.core.bench.analysis import Goal, Row
+
+
+def _f(x, fmt: str = "{:.2f}", none: str = "-") -> str:
+    return none if x is None else fmt.format(x)
+
+
+def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
+    out = [f"# specdesk bench: {meta.get('target')} + {meta.get('draft')}", ""]
+    out.append(f"Device: {meta.get('device')}; {meta.get('cpu_threads')} threads; torch {meta.get('torch')}, "
+               f"transformers {meta.get('transformers')}; mode: {meta.get('mode')}; repeats {meta.get('repeats')}; "
+               f"max new tokens {meta.get('max_new_tokens')}; wall time {meta.get('seconds', 0):.0f} s.")
+    out.append("")
+    out.append("tok/s: median over runs (decode only for specdesk, whole call for transformers). "
+               "Speed-up: median of paired ratios to plain decoding of the same prompt and repeat. "
+               "Predicted: Leviathan et al.'s E = (1 - a^(k+1)) / (1 - a) with the measured per-token acceptance a, "
+               "draft and verify costs. Identical: greedy outputs token-identical to plain decoding.")
+    for temp in sorted({r.temperature for r in rows}):
+        for cat in sorted({r.category for r in rows}):
+            sel = [r for r in rows if r.category == cat and r.temperature == temp]
+            if not sel:
+                continue
+            out += ["", f"## {cat}, temperature {temp:g}", "",
+                    "| method | tok/s | whole-call tok/s | speed-up | whole-call speed-up | acceptance | a | tokens/step "
+                    "| predicted | efficiency | identical | mean k |",
+                    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for r in sel:
+                out.append(f"| {r.method} | {r.tokens_per_s:.1f} | {r.wall_tokens_per_s:.1f} | {_f(r.speedup, '{:.2f}x')} "
+                           f"| {_f(r.wall_speedup, '{:.2f}x')} | {_f(r.acceptance_rate)} | {_f(r.alpha)} "
+                           f"| {_f(r.mean_accepted_length)} | {_f(r.predicted_speedup, '{:.2f}x')} "
+                           f"| {_f(r.efficiency)} | {r.identical or '-'} | {_f(r.mean_k, '{:.1f}')} |")
+    if goal_list:
+        out += ["", "## Goals", "", "| goal | target | measured | met |", "|---|---|---|---|"]
+        for g in goal_list:
+            out.append(f"| {g.name} | {g.target} | {g.measured} | {'yes' if g.met else '**no**'} |")
+    return "\n".join(out) + "\n"
+
+
+def to_json(rows: list[Row], goal_list: list[Goal], meta: dict, runs: list) -> dict:
+    return {"meta": meta, "rows": [r.to_dict() for r in rows], "goals": [g.to_dict() for g in goal_list],
+            "runs": [r.to_dict() for r in runs]}

@@ -1,0 +1,169 @@
+"""Running the benchmark: every method on every prompt, interleaved so machine drift cancels.
+
+For each repeat and prompt, all methods run back to back (in an order rotated each time), so each
+method's run has a plain-decoding run of the same prompt minutes or seconds away; speed-ups are the
+medians of those paired ratios.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from specdesk.core.bench.suite import Prompt
+
+PLAIN = "plain"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    kind: str  # "specdesk", "hf-assisted" or "hf-lookup"
+    drafter: str = "none"
+    k: int | str = 0
+
+
+@dataclass
+class Run:
+    category: str
+    prompt: str
+    method: str
+    kind: str
+    k: int | str
+    temperature: float
+    repeat: int
+    new_tokens: int
+    wall_s: float  # the whole call: prefill + decode (the only time Hugging Face's generate offers)
+    decode_s: float | None = None
+    forwards: int | None = None
+    drafted: int | None = None
+    accepted: int | None = None
+    draft_s: float | None = None
+    verify_s: float | None = None
+    successes: float = 0.0  # per-token acceptance trials (see adaptive.py): successes / trials
+    trials: float = 0.0
+    chosen_k: list[int] = field(default_factory=list)
+    token_ids: tuple[int, ...] = ()
+
+    @property
+    def wall_tps(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float | None:
+        if self.decode_s is None:
+            return None
+        return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k != "token_ids"}
+        d["token_ids"] = list(self.token_ids)
+        return d
+
+
+def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
+                    with_hf: bool = True) -> list[Method]:
+    methods = [Method(PLAIN, "specdesk", "none", 0)]
+    if has_draft:
+        methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
+        methods.append(Method("draft k=auto", "specdesk", "model", "auto"))
+    methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
+    methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
+    if with_hf:
+        if has_draft:
+            methods += [Method(f"hf-assisted k={k}", "hf-assisted", "model", k) for k in hf_ks]
+        methods.append(Method(f"hf-lookup k={lookup_k}", "hf-lookup", "ngram", lookup_k))
+    return methods
+
+
+def _sync(engine) -> None:
+    if str(engine.device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def run_specdesk(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int,
+                 cancel: threading.Event | None = None) -> Run:
+    _sync(engine)
+    t0 = time.perf_counter()
+    r = engine.generate(ids, drafter=method.drafter, k=method.k, max_new_tokens=max_new, temperature=temperature,
+                        seed=seed, cancel=cancel)
+    _sync(engine)
+    wall = time.perf_counter() - t0
+    succ = trials = 0.0
+    for s in r.steps:
+        if s.drafted:
+            succ += s.accepted
+            trials += s.accepted + (1 if s.accepted < s.drafted else 0)
+    st = r.stats
+    return Run(category="", prompt="", method=method.name, kind=method.kind, k=method.k, temperature=temperature,
+               repeat=0, new_tokens=st.new_tokens, wall_s=wall, decode_s=st.decode_seconds,
+               forwards=st.target_forwards, drafted=st.drafted, accepted=st.accepted, draft_s=st.draft_seconds,
+               verify_s=st.verify_seconds, successes=succ, trials=trials,
+               chosen_k=[s.k for s in r.steps] if method.k == "auto" else [], token_ids=tuple(r.token_ids))
+
+
+def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int) -> Run:
+    """transformers' own assisted generation / prompt lookup on the same models, prompt and settings."""
+    model = engine.target.model
+    eos = sorted(engine.target.eos_ids)
+    kwargs: dict = dict(max_new_tokens=max_new, do_sample=temperature > 0, eos_token_id=eos or None,
+                        pad_token_id=eos[0] if eos else 0)
+    if temperature > 0:
+        kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+    if method.kind == "hf-assisted":
+        kwargs.update(assistant_model=engine.draft.model, num_assistant_tokens=int(method.k),
+                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    else:
+        kwargs.update(prompt_lookup_num_tokens=int(method.k), max_matching_ngram_size=engine.ngram[0])
+    x = torch.tensor([ids], device=model.device)
+    torch.manual_seed(seed)
+    _sync(engine)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+    _sync(engine)
+    wall = time.perf_counter() - t0
+    new = out[0, len(ids):].tolist()
+    return Run(category="", prompt="", method=method.name, kind=method.kind, k=method.k, temperature=temperature,
+               repeat=0, new_tokens=len(new), wall_s=wall, token_ids=tuple(new))
+
+
+def run_method(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int,
+               cancel: threading.Event | None = None) -> Run:
+    if method.kind == "specdesk":
+        return run_specdesk(engine, method, ids, temperature, max_new, seed, cancel)
+    return run_hf(engine, method, ids, temperature, max_new, seed)
+
+
+def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures: tuple[float, ...],
+              repeats: int, max_new: dict[str, int], progress: Callable[[str], None] | None = None,
+              cancel: threading.Event | None = None) -> list[Run]:
+    """Every (repeat, prompt, temperature) runs all methods back to back, in a rotated order."""
+    say = progress or (lambda msg: None)
+    encoded = {p.name + p.category: engine.encode(p.text) for p in prompts}
+    # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded.
+    warm = engine.encode(prompts[0].text)[:64]
+    for m in methods:
+        run_method(engine, m, warm, 0.0, 8, 0)
+    runs: list[Run] = []
+    total = repeats * len(prompts) * len(temperatures) * len(methods)
+    done = 0
+    for rep in range(repeats):
+        for pi, p in enumerate(prompts):
+            ids = encoded[p.name + p.category]
+            for temp in temperatures:
+                shift = (rep + pi) % len(methods)
+                for m in methods[shift:] + methods[:shift]:
+                    if cancel is not None and cancel.is_set():
+                        return runs
+                    r = run_method(engine, m, ids, temp, max_new[p.category], seed=1000 * rep + pi)
+                    r.category, r.prompt, r.repeat = p.category, p.name, rep
+                    runs.append(r)
+                    done += 1
+                    say(f"[{done}/{total}] {p.category:12s} {p.name:28s} T={temp:<4} {m.name:18s} "
+                        f"{r.wall_tps:7.1f} tok/s")
+    return runs

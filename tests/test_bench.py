@@ -1,0 +1,79 @@
+"""`specdesk bench`: the suite, the theory, and a real (tiny) run with exactness checked per prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from specdesk.core.bench.analysis import analyse, expected_tokens, goals
+from specdesk.core.bench.runner import Run
+from specdesk.core.bench.suite import CATEGORIES, build_suite
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_expected_tokens_formula():
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert abs(expected_tokens(0.5, 2) - 1.75) < 1e-12  # 1 + 0.5 + 0.25
+
+
+def test_suite_has_every_category_from_held_out_modules():
+    suite = build_suite(2)
+    assert {p.category for p in suite} == set(CATEGORIES)
+    assert all(p.text for p in suite)
+    editing = [p for p in suite if p.category == "editing"]
+    assert all("_v2(" in p.text.splitlines()[-1] for p in editing)  # a renamed copy starts at the end
+
+
+def _run(method, k, prompt, rep, new, decode_s, forwards=None, drafted=0, accepted=0, draft_s=0.0, verify_s=0.0,
+         succ=0.0, trials=0.0, ids=(1, 2, 3)):
+    return Run(category="completion", prompt=prompt, method=method, kind="specdesk", k=k, temperature=0.0,
+               repeat=rep, new_tokens=new, wall_s=decode_s * 1.1, decode_s=decode_s, forwards=forwards or new,
+               drafted=drafted, accepted=accepted, draft_s=draft_s, verify_s=verify_s, successes=succ,
+               trials=trials, token_ids=ids)
+
+
+def test_prediction_and_efficiency_from_measured_costs():
+    # plain: 10 ms per token. draft k=2: a = 0.5, draft 1 ms/token, verify 12 ms per pass.
+    runs = [_run("plain", 0, "p", 0, 100, 1.0)]
+    e = expected_tokens(0.5, 2)
+    forwards = 57
+    runs.append(_run("draft k=2", 2, "p", 0, 100, 0.8, forwards=forwards, drafted=2 * forwards, accepted=43,
+                     draft_s=0.002 * forwards, verify_s=0.012 * forwards, succ=50, trials=100))
+    row = next(r for r in analyse(runs) if r.method == "draft k=2")
+    predicted = e * 0.010 / (2 * 0.001 + 0.012)
+    assert abs(row.predicted_speedup - predicted) < 1e-9
+    assert abs(row.speedup - 1.25) < 1e-9 and abs(row.efficiency - 1.25 / predicted) < 1e-9
+    assert row.identical == "1/1" and abs(row.alpha - 0.5) < 1e-12
+
+
+def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path):
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--target", str(tiny_target), "--draft",
+                        str(tiny_draft), "--quick", "--repeats", "1", "--categories", "editing,prose",
+                        "--json", str(out), "--markdown", str(md)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    data = json.loads(out.read_text())
+    methods = {row["method"] for row in data["rows"]}
+    assert {"plain", "draft k=2", "draft k=4", "draft k=auto", "lookup k=4", "hf-assisted k=4",
+            "hf-lookup k=4"} <= methods
+    for row in data["rows"]:
+        if row["temperature"] == 0.0 and row["method"] != "plain":
+            n, m = row["identical"].split("/")
+            assert n == m, row  # every greedy method reproduces plain decoding exactly, HF's included
+    assert any(g["name"].startswith("efficiency") for g in data["goals"])
+    assert "| plain |" in md.read_text()
+
+
+def test_bench_rejects_bad_options():
+    r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--categories", "poetry"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown category" in r.stderr
+    assert goals([]) == []  # no rows: no goals, no crash
