@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Generations record their memory peaks (specdesk.core.plan.history): keep the suite's out of the user's data dir.
+if "SPECDESK_DATA_DIR" not in os.environ:
+    os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-data-")
+    atexit.register(shutil.rmtree, os.environ["SPECDESK_DATA_DIR"], True)
 
 import pytest  # noqa: E402
 

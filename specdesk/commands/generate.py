@@ -44,6 +44,33 @@ def settings_from(args) -> GenerationSettings:
                               top_p=args.top_p, seed=args.seed, k=args.k, stop=tuple(args.stop))
 
 
+def _quant_label(m) -> str:
+    """A LoadedModel's quantization as the planner names it (QuantSpec.label): none, int8, nf4, nf4+dq, ..."""
+    return m.quant + ("+dq" if m.double_quant else "")
+
+
+def record_peak(engine, context: int) -> None:
+    """Remember this configuration's measured memory peak, shown by `specdesk plan` beside its estimate.
+
+    Best effort: a peak that cannot be read or a history file that cannot be written never fails a generation.
+    """
+    import logging
+
+    from specdesk.core.plan.history import record_measurement
+    from specdesk.hw.memory import peak_memory_bytes
+
+    peak = peak_memory_bytes(engine.device)
+    if peak is None:
+        return
+    t, d = engine.target, engine.draft
+    try:
+        record_measurement(t.path, _quant_label(t), context, peak, engine.device, dtype=t.dtype,
+                           draft=d.path if (d is not None and engine.drafter == "model") else engine.drafter,
+                           draft_quant=_quant_label(d) if d is not None else "none")
+    except OSError as e:
+        logging.getLogger(__name__).warning("could not record the memory peak: %s", e)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.draft is not None and args.drafter in ("ngram", "none"):
         raise BadSetting(f"--draft and --drafter {args.drafter} contradict each other: choose one")
@@ -92,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
             writer.close()
     if done is None:
         return 130
+    record_peak(engine, done.stats.prompt_tokens + settings.max_new_tokens)
     if args.json:
         out = {**done.stats.to_dict(), "token_ids": list(done.token_ids), "text": done.text,
                "stop_reason": done.stop_reason, "seed": done.seed, "drafter": engine.drafter,

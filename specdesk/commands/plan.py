@@ -1,14 +1,143 @@
-"""``specdesk plan``: not built yet."""
+"""``specdesk plan``: will this target + draft fit, why, and what is the best configuration that does.
+
+Nothing is loaded or downloaded: a model folder with only config.json can be planned.
+"""
 
 from __future__ import annotations
 
-from specdesk.core.errors import SpecdeskError
+import argparse
+import json
+
+from specdesk.commands.common import k_value
+from specdesk.core.errors import BadSetting
+from specdesk.core.loading import DTYPES, QUANTS
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("plan", help="(not built yet)")
+    p = sub.add_parser("plan", help="will a target + draft fit in memory? (nothing is loaded)",
+                       description="Plan memory for a target and a draft before loading or downloading them: "
+                                   "weights, KV caches, logits, activations and overheads, whether they fit, "
+                                   "the largest context that fits, and the best configurations that do.")
+    g = p.add_argument_group("models")
+    g.add_argument("--target", default="demo-target",
+                   help="target model: folder (config.json alone is enough), Hugging Face id in the local cache, "
+                        "or demo-target (default)")
+    g.add_argument("--draft", default=None, help="draft model; default demo-draft for demo-target")
+    g.add_argument("--drafter", choices=("model", "ngram", "none"), default=None,
+                   help="model (a draft model), ngram (prompt lookup, no extra memory) or none")
+    g.add_argument("--target-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the target")
+    g.add_argument("--draft-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the draft")
+    g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")
+    g.add_argument("--dtype", choices=DTYPES, default="auto", help="compute dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    g.add_argument("--candidate", action="append", default=None, metavar="DRAFT",
+                   help="a draft to consider for the recommendations (repeatable); default: every compatible "
+                        "local model")
+    m = p.add_argument_group("memory")
+    m.add_argument("--device", default="auto",
+                   help="auto (CUDA when present), cpu, cuda or cuda:N; the budget is that GPU's free memory "
+                        "(NVML) or the available system RAM")
+    m.add_argument("--budget-gib", type=float, default=None,
+                   help="memory budget in GiB instead of reading the device (plan for a GPU you don't have here "
+                        "with --device cuda --budget-gib 24)")
+    m.add_argument("--context", type=int, default=None,
+                   help="tokens in total (prompt + new); default min(4096, the model's maximum)")
+    m.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
+    p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.add_argument("--no-recommend", action="store_true", help="skip the ranked list of configurations")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    raise SpecdeskError("`specdesk plan` is not built yet")
+def _budget(args) -> tuple[int, str, str]:
+    """(bytes, where they come from, device) from --budget-gib or the device's own reading."""
+    device = args.device
+    if args.budget_gib is not None:
+        if not (0 < args.budget_gib < 2**20):  # also refuses nan and inf
+            raise BadSetting(f"the memory budget must be positive (and below 2^20 GiB), got {args.budget_gib:g} GiB")
+        if device == "auto":
+            import torch
+
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        return int(args.budget_gib * 2**30), "given (--budget-gib)", device
+    if device != "auto" and device != "cpu" and not device.startswith("cuda"):
+        raise BadSetting(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N")
+    from specdesk.hw.memory import memory_budget
+
+    b = memory_budget(device)
+    if b.bytes is None:
+        raise BadSetting(f"{b.source}: give the budget with --budget-gib")
+    return b.bytes, b.source, b.device
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def print_plan(p) -> None:
+    from specdesk.core.plan.planner import human_bytes, human_count
+
+    k = p.k if p.drafter != "none" else f"{p.k} (not drafting)"
+    print(f"plan on {p.device} ({p.dtype}), context {p.context} tokens, k {k}")
+    print(f"budget {_gib(p.budget_bytes)}: {p.budget_source}")
+    for m in (p.target, p.draft):
+        if m is None:
+            continue
+        est = ", ESTIMATED" if m.estimated else ""
+        print(f"\n{m.role} {m.name}: {m.architecture}, {human_count(m.params)} params, {m.quant}; "
+              f"sizes from {m.source}{est}")
+        for r in m.rows:
+            print(f"  {human_bytes(r.bytes):>12}  {r.label}")
+        for n in m.notes:
+            print(f"  note: {n}")
+    if p.draft is None:
+        print(f"\ndrafter {p.drafter}: no draft model, no draft memory")
+    print("\nshared")
+    print(f"  {human_bytes(p.transient_bytes):>12}  {p.transient_label} (counted once: they never overlap)")
+    for r in p.overhead_rows:
+        print(f"  {human_bytes(r.bytes):>12}  {r.label}")
+    print(f"\ntotal: {p.verdict}")
+    print(f"largest context that fits: {p.max_context} tokens, limited by {p.max_context_reason}")
+    if p.measured is not None:
+        what = "torch's max reserved + the CUDA context" if p.measured.kind.startswith("cuda") else "peak RSS"
+        print(f"measured before (this configuration, context {p.measured.context}): "
+              f"{human_bytes(p.measured_bytes)} ({what}); estimated at that context: "
+              f"{human_bytes(p.measured_estimate_bytes)}")
+    for n in p.notes:
+        print(f"note: {n}")
+    if p.recommendations:
+        print("\nconfigurations that fit, best first:")
+        for r in p.recommendations:
+            print(f"  {r.rank:2}. {_flags(r)}: {human_bytes(r.total_bytes)}")
+            print(f"      {r.reason}")
+    elif p.recommendations == () and not p.fits:
+        print("\nno configuration fits this budget")
+
+
+def _flags(r) -> str:
+    """The command-line flags that select a recommendation."""
+    s = r.settings
+    out = [f"--target-quant {s['target_quant']}"]
+    out.append(f"--draft {s['draft']}" if s["drafter"] == "model" else f"--drafter {s['drafter']}")
+    if s["drafter"] == "model" and s["draft_quant"] != "none":
+        out.append(f"--draft-quant {s['draft_quant']}")
+    if s["double_quant"]:
+        out.append("--double-quant")
+    out.append(f"--context {s['context']}")
+    return " ".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdesk.core.plan import plan
+
+    if args.draft is not None and args.drafter in ("ngram", "none"):
+        raise BadSetting(f"--draft and --drafter {args.drafter} contradict each other: choose one")
+    budget, source, device = _budget(args)
+    target_quant = args.target_quant + ("+dq" if args.double_quant and args.target_quant in ("nf4", "fp4") else "")
+    draft_quant = args.draft_quant + ("+dq" if args.double_quant and args.draft_quant in ("nf4", "fp4") else "")
+    p = plan(args.target, args.draft, drafter=args.drafter, target_quant=target_quant, draft_quant=draft_quant,
+             dtype=args.dtype, device=device, context=args.context, k=args.k, budget_bytes=budget,
+             budget_source=source, candidate_drafts=args.candidate, recommend=not args.no_recommend)
+    if args.json:
+        print(json.dumps(p.to_dict(), ensure_ascii=False))
+    else:
+        print_plan(p)
+    return 0

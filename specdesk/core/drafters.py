@@ -136,6 +136,7 @@ class ModelDrafter(Drafter):
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:
         self._fed = 0
+        self._decoder = self._cache = None  # free the last generation's buffers before allocating new ones
         if self.uses_lean_path:
             self._decoder = LeanDecoder(self.model, capacity)
         else:
@@ -157,7 +158,7 @@ class ModelDrafter(Drafter):
     def propose(self, ids, k, sampling, generator) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
-        logits = self._forward(torch.tensor(ids[self._fed:], device=self.device))
+        logits = self._forward(torch.tensor(ids[self._fed:], dtype=torch.long, device=self.device))
         tokens, probs = [], []
         for i in range(k):
             if sampling.greedy:

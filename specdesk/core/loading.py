@@ -186,6 +186,8 @@ def quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", message=".*MatMul8bitLt.*")
     warnings.filterwarnings("ignore", message=".*inputs will be cast.*")
+    # bitsandbytes' int8 CPU path logs a cast notice on every matmul
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
 
 
 def load_tokenizer(path: Path):

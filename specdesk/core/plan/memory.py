@@ -1,0 +1,137 @@
+"""Bytes of one loaded model on a device: weights, KV cache, logits, prefill activations.
+
+Pure arithmetic over a :class:`~specdesk.core.plan.params.ModelAnalysis`, cheap enough to re-run for
+every setting the planner tries. What each part models, and where it comes from in our engine:
+
+- weights: quantized linear layers at bitsandbytes' storage (``quant.linear_weight_bytes``); the rest
+  (embeddings, lm_head, norms, biases) in the compute dtype. A draft that runs on the lean CPU/GPU path
+  (``fastdraft.LeanDecoder``) also holds fused copies of its q/k/v and gate/up weights.
+- KV cache: ``kvcache.new_cache`` preallocates, per full-attention layer, keys and values of shape
+  (1, kv_heads, capacity, head_dim) in the compute dtype, capacity = prompt + max new tokens + k + 2
+  (``decode.decode``); sliding-window layers keep at most ``window - 1`` positions (transformers'
+  ``DynamicSlidingWindowLayer``). GQA: only the KV heads are stored.
+- verify logits: the target scores k + 1 positions over its vocabulary per step; sampling makes float32
+  copies (``sampling.process_logits``); the draft keeps k float32 distributions.
+- prefill activations: the prompt goes through in chunks of 512 tokens (``target.PREFILL_CHUNK``) with
+  ``logits_to_keep=1``, so the peak is one chunk's hidden states, q/k/v, attention mask and MLP
+  intermediates, plus the weight bitsandbytes dequantizes for a multi-token 4-bit matmul.
+
+The overheads (CUDA context, library workspaces, allocator headroom, CPU runtime) are stated constants
+in :class:`Overheads`, adjustable by the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdesk.core.plan.params import ModelAnalysis
+from specdesk.core.plan.quant import FP32, QuantSpec, dtype_bytes, linear_weight_bytes
+
+MiB = 2**20
+PREFILL_CHUNK = 512  # = specdesk.core.target.PREFILL_CHUNK and drafters.PREFILL_CHUNK (a test checks)
+CAPACITY_EXTRA = 2  # decode.decode: capacity = prompt + max new tokens + k + 2
+SAMPLING_COPIES = 3  # process_logits: .float()/temperature, masked top-k/top-p, softmax: live at once
+LEAN_FUSE_LIMIT_BYTES = 512 * MiB  # = fastdraft.FUSE_LIMIT_BYTES (a test checks)
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Memory that is not any model's tensors. Defaults are stated estimates; pass your own to adjust.
+
+    cuda_context_bytes: the CUDA context, kernel images and driver state, outside torch's allocator
+        (nvidia-smi shows ~300-600 MiB per process on recent GPUs; not in ``max_memory_reserved``).
+    cuda_workspace_bytes: cuBLAS/cuBLASLt workspaces, allocated through torch's caching allocator.
+    cpu_runtime_bytes: resident memory of Python + torch + transformers + bitsandbytes before any weights
+        (measured 430 MiB on Linux x86-64, torch 2.13 CPU, transformers 5.24, bitsandbytes 0.50).
+    allocator_headroom: caching-allocator block rounding and fragmentation, as a fraction of tensor bytes.
+    """
+
+    cuda_context_bytes: int = 512 * MiB
+    cuda_workspace_bytes: int = 64 * MiB
+    cpu_runtime_bytes: int = 448 * MiB
+    allocator_headroom: float = 0.05
+
+    def to_dict(self) -> dict:
+        return {"cuda_context_bytes": self.cuda_context_bytes, "cuda_workspace_bytes": self.cuda_workspace_bytes,
+                "cpu_runtime_bytes": self.cpu_runtime_bytes, "allocator_headroom": self.allocator_headroom}
+
+
+DEFAULT_OVERHEADS = Overheads()
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    quantized: int  # the linear layers bitsandbytes converts (at 16/32 bits when unquantized)
+    kept: int  # embeddings, lm_head, norms, biases: the compute dtype
+    lean_copies: int = 0  # fused q/k/v, gate/up copies of a lean-path draft
+
+    @property
+    def total(self) -> int:
+        return self.quantized + self.kept + self.lean_copies
+
+
+def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, as_draft: bool = False) -> WeightBytes:
+    """Weights of ``a`` loaded with ``spec`` in ``dtype`` (bytes, after bitsandbytes, as held in memory)."""
+    b = dtype_bytes(dtype)
+    if a.prequantized:
+        if a.stored_bytes is None:
+            raise ValueError("a pre-quantized checkpoint is planned from its weights files")
+        return WeightBytes(a.stored_bytes, 0)
+    quantized = sum(linear_weight_bytes(lin.numel, lin.out_features, spec, b) for lin in a.linears)
+    lean = 0
+    fuses = a.uses_lean_draft_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
+    if as_draft and spec.method == "none" and fuses:
+        lean = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
+    return WeightBytes(quantized, a.kept_params * b, lean)
+
+
+def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
+    """Keys + values for a sequence of ``positions`` tokens (batch 1), in ``dtype``."""
+    per_position = 2 * a.kv.kv_heads * a.kv.head_dim * dtype_bytes(dtype)  # K and V
+    return per_position * a.kv.positions_kept(max(0, positions))
+
+
+def capacity(context: int, k: int) -> int:
+    """Positions the engine preallocates for a generation of ``context`` tokens in total."""
+    return context + k + CAPACITY_EXTRA
+
+
+def lean_table_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
+    """LeanDecoder's rotary cos/sin tables: (positions, head_dim) each."""
+    return 2 * positions * a.kv.head_dim * dtype_bytes(dtype)
+
+
+def logits_bytes(a: ModelAnalysis, k: int, dtype: str, *, as_draft: bool = False) -> int:
+    """Per decode step: the target's (k+1, vocab) logits + float32 sampling copies; a draft's k float32 rows."""
+    v = a.vocab_size
+    if as_draft:
+        return k * v * FP32 + v * dtype_bytes(dtype) + SAMPLING_COPIES * v * FP32
+    rows = k + 1
+    return rows * v * dtype_bytes(dtype) + SAMPLING_COPIES * rows * v * FP32
+
+
+def prefill_activation_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, context: int) -> int:
+    """Peak of one prefill chunk's live tensors (the KV cache itself is counted separately)."""
+    b = dtype_bytes(dtype)
+    c = max(1, min(PREFILL_CHUNK, context))
+    h, i = a.hidden_size, a.intermediate_size
+    hq, hk, hd = a.num_heads, a.kv.kv_heads, a.kv.head_dim
+    residual = 2 * c * h * b  # the residual stream and its normed copy
+    qkv = c * (hq + 2 * hk) * hd * b
+    rotated = c * (hq + hk) * hd * b
+    attn_out = c * hq * hd * b
+    mask = c * context  # boolean (chunk, positions so far) causal mask
+    window = 0
+    if a.kv.sliding:  # DynamicSlidingWindowLayer concatenates the window and the chunk
+        cap = max(x for x in a.kv.layers if x is not None)
+        window = 2 * hk * hd * (min(cap, context) + c) * b
+    attention = qkv + rotated + attn_out + mask + window
+    mlp = 3 * c * i * b  # gate, up, act(gate) * up
+    dequant = 0
+    big = a.max_linear
+    if big is not None and spec.is_4bit:
+        dequant = big.numel * b  # a multi-token 4-bit matmul dequantizes the whole weight first
+    elif big is not None and spec.method == "int8":
+        dequant = c * big.in_features + c * big.out_features * 4  # int8 activations + int32 accumulators
+    head = a.vocab_size * b  # logits_to_keep=1
+    return residual + max(attention, mlp) + dequant + head

@@ -1,0 +1,111 @@
+"""Bytes a weight matrix really takes once bitsandbytes has quantized it.
+
+Sources: bitsandbytes 0.45-0.50, ``bitsandbytes/nn/modules.py`` (``Int8Params``, ``Params4bit``) and
+``bitsandbytes/functional.py`` (``quantize_4bit``, ``quantize_blockwise``, ``get_4bit_type``):
+
+- int8 (LLM.int8, Dettmers et al. 2022): the weight is stored as int8 (1 byte per weight) plus one
+  float32 scale per output row (``SCB``, from ``int8_vectorwise_quant``).
+- 4-bit (nf4/fp4, QLoRA, Dettmers et al. 2023): two weights per uint8 byte, one float32 absmax per
+  block of 64 weights, and the 16-entry float32 code book of the 4-bit type (one per layer).
+- 4-bit with double quantization: the absmax values are themselves quantized blockwise (blocks of
+  256) to uint8 with an 8-bit dynamic map: 1 byte per 64 weights, plus one float32 absmax per 256
+  blocks, a float32 offset and a copy of the 256-entry float32 dynamic map per layer
+  (``quantize_blockwise`` stores ``code.to(device, copy=True)`` in each state).
+
+Biases of quantized layers stay in the compute dtype. transformers keeps embeddings, the output
+projection (lm_head) and anything tied to them unquantized (``get_keys_to_not_convert``); norms are not
+linear layers, so they are never quantized either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdesk.core.errors import BadSetting
+
+METHODS = ("none", "int8", "nf4", "fp4")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+BLOCKSIZE_4BIT = 64  # quantize_4bit's default blocksize, the one transformers uses
+DQ_BLOCKSIZE = 256  # quantize_blockwise(absmax, blocksize=256) for double quantization
+CODE_4BIT_BYTES = 16 * 4  # get_4bit_type: 16 float32 values, a new tensor per quantized layer
+DYNAMIC_MAP_BYTES = 256 * 4  # create_dynamic_map(), copied into every nested state
+FP32 = 4
+
+# Quality order for ranking: the output of an exact speculative decoder is the target's own, so the
+# target's quantization is what decides the quality of the text.
+QUALITY_ORDER = ("none", "int8", "nf4", "nf4+dq", "fp4", "fp4+dq")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How one model is stored: ``method`` none/int8/nf4/fp4, double quantization for 4-bit only."""
+
+    method: str = "none"
+    double_quant: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise BadSetting(f"unknown quantization {self.method!r}: use one of {', '.join(METHODS)}")
+        if self.double_quant and not self.is_4bit:
+            object.__setattr__(self, "double_quant", False)  # bitsandbytes ignores it too
+
+    @classmethod
+    def parse(cls, value: str | QuantSpec, double_quant: bool = False) -> QuantSpec:
+        """A QuantSpec from "nf4", "nf4+dq" (or "nf4-dq"), or an existing QuantSpec."""
+        if isinstance(value, QuantSpec):
+            return value
+        text = str(value).strip().lower()
+        for suffix in ("+dq", "-dq"):
+            if text.endswith(suffix):
+                return cls(text[: -len(suffix)], True)
+        return cls(text, double_quant)
+
+    @property
+    def is_4bit(self) -> bool:
+        return self.method in ("nf4", "fp4")
+
+    @property
+    def label(self) -> str:
+        return f"{self.method}+dq" if self.double_quant else self.method
+
+    @property
+    def quality_rank(self) -> int:
+        return QUALITY_ORDER.index(self.label)
+
+
+def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_bytes: int) -> int:
+    """Bytes of one linear layer's weight (without bias) as stored after loading with ``spec``."""
+    if spec.method == "none":
+        return numel * dtype_bytes
+    if spec.method == "int8":
+        return numel + FP32 * out_features  # int8 CB + float32 SCB per output row
+    blocks = _ceil_div(numel, BLOCKSIZE_4BIT)
+    packed = _ceil_div(numel, 2)  # Params4bit: uint8 tensor of shape ((n + 1) // 2, 1)
+    if spec.double_quant:
+        # uint8 absmax + state2.absmax (float32 per 256 blocks) + offset + state2.code
+        absmax = blocks + FP32 * _ceil_div(blocks, DQ_BLOCKSIZE) + FP32 + DYNAMIC_MAP_BYTES
+    else:
+        absmax = FP32 * blocks
+    return packed + absmax + CODE_4BIT_BYTES
+
+
+def dtype_bytes(dtype: str) -> int:
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise BadSetting(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+def resolve_plan_dtype(dtype: str, device: str) -> str:
+    """The dtype a load with ``dtype`` on ``device`` gets (loading.resolve_dtype, without touching CUDA).
+
+    "auto" is bfloat16 on CUDA (float16 on GPUs without bf16: the same size) and float32 on the CPU.
+    """
+    if dtype in ("auto", "", None):
+        return "bfloat16" if str(device).startswith("cuda") else "float32"
+    dtype_bytes(dtype)
+    return dtype
