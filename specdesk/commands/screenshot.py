@@ -1,14 +1,119 @@
-"""``specdesk screenshot``: not built yet."""
+"""``specdesk screenshot``: the main window after a real generation, rendered offscreen to a PNG.
+
+For the README and bug reports: it loads the pair (the demo pair by default), sends the prompt, measures
+plain decoding for the speed-up, waits until the plots have data, and saves the window. It neither reads
+nor writes the user's settings, and its session log goes to a temporary folder.
+"""
 
 from __future__ import annotations
 
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
 from specdesk.core.errors import SpecdeskError
+
+DEFAULT_PROMPT = ('import os\n\n\ndef list_python_files(root):\n    """Return the paths of the .py files under root."""\n'
+                  "    found = []\n")
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("screenshot", help="(not built yet)")
+    p = sub.add_parser("screenshot", help="render the app after a real generation to a PNG (no display needed)",
+                       description="Open the main window offscreen, generate with the demo pair (or --target/"
+                                   "--draft), compare with plain decoding, and save the window as a PNG.")
+    p.add_argument("out", type=Path, metavar="OUT.png")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text (default: the start of a Python function)")
+    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--k", default="4", help="draft tokens per step, or auto (default 4)")
+    p.add_argument("--target", default="demo-target")
+    p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, else prompt lookup")
+    p.add_argument("--no-compare", action="store_true", help="skip measuring plain decoding")
+    p.add_argument("--size", default="1440x900", help="window size WIDTHxHEIGHT (default 1440x900)")
+    p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each stage (default 600)")
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
-    raise SpecdeskError("`specdesk screenshot` is not built yet")
+def _size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(x) for x in text.lower().split("x"))
+        if w < 400 or h < 300:
+            raise ValueError
+        return w, h
+    except ValueError:
+        raise SpecdeskError(f"--size must look like 1440x900 (at least 400x300), not {text!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    size = _size(args.size)
+    if args.out.suffix.lower() != ".png":
+        raise SpecdeskError(f"the screenshot is a PNG: give a file name ending in .png, not {args.out.name}")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecdeskError(f"cannot write {args.out}: {e.strerror or e}") from None
+    with tempfile.TemporaryDirectory(prefix="specdesk-screenshot-") as tmp:
+        image = take_screenshot(args, size, Path(tmp))
+        if not image.save(str(args.out), "PNG"):
+            raise SpecdeskError(f"cannot write {args.out} (disk full or no permission?)")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def take_screenshot(args, size: tuple[int, int], logs_dir: Path):
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    from specdesk.qt.app import make_app, startup_request
+    from specdesk.qt.main_window import MainWindow
+
+    app = make_app()
+    win = MainWindow(logs_dir=logs_dir, persist=False)
+    win.resize(*size)
+    win.show()
+
+    def wait(ok_signal, fail_signal=None, what: str = "") -> object:
+        got: dict = {}
+        loop = QEventLoop()
+        ok_signal.connect(lambda v=None: (got.setdefault("ok", v), loop.quit()))
+        if fail_signal is not None:
+            fail_signal.connect(lambda msg: (got.setdefault("error", msg), loop.quit()))
+        QTimer.singleShot(int(args.timeout * 1000), loop.quit)
+        loop.exec()
+        if "error" in got:
+            raise SpecdeskError(f"{what} failed: {got['error']}")
+        if "ok" not in got:
+            raise SpecdeskError(f"{what} did not finish within {args.timeout:.0f} s")
+        return got["ok"]
+
+    try:
+        draft = args.draft
+        req = startup_request(args.target, draft, None)
+        win.load_pair(req)
+        wait(win.engine_ready, win.load_error, f"loading {args.target}")
+        win.controls.max_new.setValue(args.max_new_tokens)
+        win.controls.temperature.setValue(0.0)
+        win.controls.k_box.setValue(-1 if args.k == "auto" else int(args.k))
+        win.input.setPlainText(args.prompt)
+        win.send()
+        done = wait(win.reply_done, win.generation_failed, "generating")
+        if not args.no_compare and _start_compare(win):
+            wait(win.compare_done, win.generation_failed, "plain decoding")
+        end = time.monotonic() + 1.2  # a few more memory samples, and the 10 Hz plot timer
+        while time.monotonic() < end:
+            app.processEvents()
+            time.sleep(0.02)
+        win.plots.refresh()
+        win.chat.verticalScrollBar().setValue(0)  # the prompt and the start of the reply
+        app.processEvents()
+        if not done.token_ids:
+            raise SpecdeskError("the generation produced no tokens")
+        return win.grab().toImage()
+    finally:
+        win.close()
+        win.deleteLater()
+        app.processEvents()
+
+
+def _start_compare(win) -> bool:
+    win.compare()
+    return win.state == "comparing"

@@ -1,0 +1,54 @@
+"""Starting the desktop app: the QApplication, the theme, the main window, the first pair to load."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from specdesk.qt.worker import LoadRequest
+
+
+def make_app():
+    """The QApplication (created once), styled; offscreen when a Linux box has no display."""
+    from specdesk.qt.export import ensure_qapp
+
+    app = ensure_qapp()
+    app.setApplicationName("specdesk")
+    app.setOrganizationName("specdesk")
+    return app
+
+
+def startup_request(target: str | None, draft: str | None, saved: LoadRequest | None) -> LoadRequest:
+    """What to load at start: the command line, else the last pair, else the bundled demo pair."""
+    if target is not None or draft is not None:
+        t = target or "demo-target"
+        drafter = "model" if (draft is not None or t == "demo-target") else None
+        return LoadRequest(target=t, draft=draft if draft is not None else ("demo-draft" if t == "demo-target" else None),
+                           drafter=drafter)
+    return saved or LoadRequest("demo-target", "demo-draft", "model")
+
+
+def _has_display() -> bool:
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return True  # macOS and Windows always have one; an explicit platform is the user's choice
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def run_app(target: str | None = None, draft: str | None = None) -> int:
+    from specdesk.core.errors import SpecdeskError
+
+    if not _has_display():
+        raise SpecdeskError("the desktop app needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
+                            "headless, use `specdesk generate`, `specdesk screenshot` or `specdesk report`")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app = make_app()
+    from specdesk.qt.main_window import MainWindow
+
+    win = MainWindow()
+    win.show()
+    win.load_pair(startup_request(target, draft, win.saved_pair()), startup=True)
+    return int(app.exec())
+
+
+if __name__ == "__main__":
+    sys.exit(run_app())

@@ -1,0 +1,95 @@
+"""The model picker and the planner dialog on real model folders (no model is loaded)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pytest
+from PySide6.QtCore import Qt
+
+
+@pytest.fixture()
+def odd_draft(tmp_path, tiny_draft, monkeypatch):
+    """A small draft whose tokenizer swaps ids 500 and 501: listed, refused, with the first mismatch."""
+    monkeypatch.setenv("SPECDESK_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.setenv("SPECDESK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    odd = tmp_path / "odd-draft"
+    shutil.copytree(tiny_draft, odd)
+    data = json.loads((odd / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    vocab[by_id[500]], vocab[by_id[501]] = 501, 500
+    (odd / "tokenizer.json").write_text(json.dumps(data))
+    from specdesk.core import userdirs
+
+    userdirs.add_folder(odd)
+    return odd.resolve()
+
+
+def _items(dlg):
+    out = []
+    for i in range(dlg.draft_list.count()):
+        it = dlg.draft_list.item(i)
+        out.append((it.text(), it.data(Qt.ItemDataRole.UserRole), bool(it.flags() & Qt.ItemFlag.ItemIsEnabled)))
+    return out
+
+
+def test_picker_lists_models_and_says_why_a_draft_cannot_serve(qtbot, odd_draft):
+    from specdesk.qt.model_picker import NGRAM, ModelPickerDialog
+    from specdesk.qt.worker import LoadRequest
+
+    dlg = ModelPickerDialog(current=LoadRequest("demo-target", "demo-draft", "model"))
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: not dlg.busy and bool(dlg.candidates), timeout=120_000)
+    names = [dlg.table.item(r, 0).text() for r in range(dlg.table.rowCount())]
+    assert {"demo-target", "demo-draft", str(odd_draft)} <= set(names)
+    items = _items(dlg)
+    demo = next(i for i in items if i[1] == "demo-draft")
+    assert demo[2]  # compatible: selectable
+    odd = next(i for i in items if i[1] == str(odd_draft))
+    assert not odd[2] and "token id 500" in odd[0]  # greyed, with the first mismatching token
+    assert dlg.choice() == LoadRequest("demo-target", "demo-draft", "model")
+    assert not dlg.select_draft(str(odd_draft))  # an incompatible draft cannot be chosen
+    assert dlg.select_draft(NGRAM) and dlg.choice().drafter == "ngram" and dlg.choice().draft is None
+    dlg.target_quant.setCurrentIndex(dlg.target_quant.findData("nf4+dq"))
+    c = dlg.choice()
+    assert (c.target_quant, c.double_quant) == ("nf4", True)
+
+
+def test_planner_use_this_applies_a_recommendation_to_the_picker(qtbot, odd_draft):
+    from specdesk.qt.model_picker import ModelPickerDialog
+    from specdesk.qt.planner_dialog import PlannerDialog
+    from specdesk.qt.worker import LoadRequest
+
+    picker = ModelPickerDialog(current=LoadRequest("demo-target", "demo-draft", "model"))
+    qtbot.addWidget(picker)
+    qtbot.waitUntil(lambda: not picker.busy and bool(picker.candidates), timeout=120_000)
+    dlg = PlannerDialog(choice=picker.choice(), picker=picker, device="cpu", budget_bytes=64 * 2**30)
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: dlg.result is not None and "demo-draft" in dlg._candidates, timeout=120_000)
+    assert dlg.result.fits and dlg.verdict.text().startswith("✓ Fits")
+    # a budget just under the unquantized pair: it no longer fits; the recommendations do
+    need = dlg.result.total_bytes / 2**30
+    with qtbot.waitSignal(dlg.planned, timeout=60_000):
+        dlg.budget.setValue(math.floor((need - 0.001) * 100) / 100)
+    p = dlg.result
+    assert not p.fits and dlg.verdict.text().startswith("✗ Does not fit")
+    assert p.recommendations and all(r.total_bytes <= p.budget_bytes for r in p.recommendations)
+    assert any(r.target_quant != "none" and r.drafter == "model" for r in p.recommendations)
+    assert dlg.recs.rowCount() == len(p.recommendations) > 0
+    assert f"{p.max_context:,} tokens" in dlg.max_context.text() and p.max_context < p.context
+    # pick a recommendation with a quantized target and apply it
+    row = next(i for i, r in enumerate(p.recommendations) if r.target_quant != "none")
+    rec = p.recommendations[row]
+    dlg.recs.selectRow(row)
+    assert dlg.use_button.isEnabled()
+    with qtbot.waitSignal(dlg.use_requested) as b:
+        dlg.use_selected()
+    req = b.args[0]
+    assert req.target_quant == rec.target_quant.split("+")[0] and req.drafter == rec.drafter
+    chosen = picker.choice()
+    assert (chosen.target_quant, chosen.drafter, chosen.draft) == (req.target_quant, req.drafter, req.draft)
+    assert chosen.double_quant == rec.target_quant.endswith("+dq")

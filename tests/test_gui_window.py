@@ -1,0 +1,365 @@
+"""The real main window, offscreen, driving the real demo pair on its worker thread.
+
+One window is loaded for the module (loading is the slow part); each test starts a new chat. Nothing
+asserts on generated text (the demo pair is retrained from time to time): structure and figures only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QObject, QThread
+
+from specdesk.core.events import DoneEvent, StepEvent
+from specdesk.core.sessionlog import read_log
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "def fibonacci(n):\n    "
+WAIT_MS = 240_000  # generous: a 2-core machine shared with other work
+
+
+@pytest.fixture(scope="module")
+def env_dirs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gui")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECDESK_CONFIG_DIR", str(base / "config"))
+        mp.setenv("SPECDESK_DATA_DIR", str(base / "data"))
+        mp.setenv("HF_HUB_CACHE", str(base / "empty-hub"))
+        yield base
+
+
+@pytest.fixture(scope="module")
+def window(qapp, env_dirs):
+    from specdesk.qt import theme
+    from specdesk.qt.main_window import DEMO_PAIR, MainWindow
+
+    theme.apply(qapp)
+    win = MainWindow()
+    win.resize(1400, 880)
+    win.show()
+    ready = []
+    win.engine_ready.connect(ready.append)
+    win.load_pair(DEMO_PAIR)
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while not ready and time.monotonic() < deadline:
+        qapp.processEvents()
+        time.sleep(0.01)
+    assert ready, win.last_error
+    yield win
+    win.close()
+    win.deleteLater()
+    qapp.processEvents()
+
+
+def send(win, qtbot, prompt=PROMPT, *, max_new=24, k=4, drafter="model", temperature=0.0):
+    win.new_chat()
+    c = win.controls
+    c.max_new.setValue(max_new)
+    c.k_box.setValue(-1 if k == "auto" else k)
+    c.temperature.setValue(temperature)
+    c.seed.setValue(7)
+    c.drafter_box.setCurrentIndex(c.drafter_box.findData(drafter))
+    win.input.setPlainText(prompt)
+    rec = StepRecorder(win)
+    win.worker.event.connect(rec.on_event)
+    try:
+        with qtbot.waitSignal(win.reply_done, timeout=WAIT_MS) as blocker:
+            win.send()
+    finally:
+        win.worker.event.disconnect(rec.on_event)
+    return blocker.args[0], rec.steps, rec.partial_ok
+
+
+class StepRecorder(QObject):
+    """Lives in the GUI thread, so its slot runs there (queued), right after the window's own slot."""
+
+    def __init__(self, win) -> None:
+        super().__init__()
+        self.win = win
+        self.steps: list[StepEvent] = []
+        self.partial_ok: list[bool] = []
+
+    def on_event(self, tag, ev) -> None:
+        assert QThread.currentThread() is self.win.thread()
+        if isinstance(ev, StepEvent):
+            self.steps.append(ev)
+            text = self.win.chat.turns[-1].text
+            self.partial_ok.append(text == "" or text[-1].isspace())
+
+
+def test_a_reply_streams_whole_words_with_footer_plots_and_log(window, qtbot):
+    done, steps, partial_ok = send(window, qtbot)
+    assert isinstance(done, DoneEvent) and done.stats.new_tokens > 0
+    assert len(steps) == done.stats.target_forwards
+    assert all(partial_ok)  # mid-stream the chat only ever showed whole words
+    reply = window.chat.turns[-1]
+    assert reply.role == "assistant" and reply.text == done.text
+    assert reply.drafted_text == "".join(s.drafted_text for s in steps)
+    assert window.chat.turns[-2].text == PROMPT
+    # footer figures are the DoneEvent's
+    f = reply.footer
+    st = done.stats
+    assert (f.tokens, f.tokens_per_second, f.acceptance_rate, f.mean_accepted_length) == \
+        (st.new_tokens, st.tokens_per_second, st.acceptance_rate, st.mean_accepted_length)
+    assert f"{st.new_tokens} tokens · {st.tokens_per_second:.1f} tok/s" in window.chat.toPlainText()
+    assert window.cards.tps.value.text() == f"{st.tokens_per_second:.1f}"
+    assert window.cards.per_step.value.text() == f"{st.mean_accepted_length:.2f}"
+    # plots: one point per step, histogram over 0..k summing to the steps
+    p = window.plots
+    p.refresh()
+    x, y = p.tps_rolling.getData()
+    assert len(x) == len(y) == len(steps)
+    assert len(p.acc_cumulative.getData()[0]) == len(steps)
+    counts = p.histogram_counts()
+    assert sum(counts) == len(steps) and len(counts) == 5  # k = 4: 0..4
+    assert list(p.hist_bars.opts["height"]) == counts
+    assert counts == [sum(1 for s in steps if s.accepted == n) for n in range(5)]
+    assert len(p.memory) >= 1 and p.mem_used.getData()[0] is not None
+    # the session log has every step, and the summary
+    log = read_log(window.log_path)
+    g = log.generations[-1]
+    assert g.info["prompt"] == PROMPT and g.info["drafter"] == "model"
+    assert len(g.steps) == len(steps) and [s["accepted"] for s in g.steps] == [s.accepted for s in steps]
+    assert g.summary["stats"]["new_tokens"] == st.new_tokens and "rss_bytes" in g.steps[0]["memory"]
+    assert window.state == "idle" and window.send_button.isEnabled()
+
+
+def test_completion_mode_continues_the_document(window, qtbot):
+    done, _, _ = send(window, qtbot, max_new=8)
+    assert "completion mode" in window.mode_label.text()
+    window.input.setPlainText("\n# next\n")
+    with qtbot.waitSignal(window.reply_done, timeout=WAIT_MS):
+        window.send()
+    g = read_log(window.log_path).generations[-1]
+    assert g.info["prompt"] == PROMPT + done.text + "\n# next\n"  # the whole document so far
+
+
+def test_compare_with_plain_decoding_shows_both_speeds(window, qtbot):
+    done, _, _ = send(window, qtbot)
+    assert window.compare_button.isEnabled()
+    with qtbot.waitSignal(window.compare_done, timeout=WAIT_MS) as blocker:
+        window.compare()
+    plain = blocker.args[0]
+    assert plain.stats.drafted == 0 and plain.stats.target_forwards == plain.stats.new_tokens
+    assert tuple(plain.token_ids) == tuple(done.token_ids)  # greedy: exactly the same output
+    f = window.chat.turns[window.chat.last_reply_index()].footer
+    assert f.plain_tokens_per_second == plain.stats.tokens_per_second and f.identical_to_plain is True
+    ratio = done.stats.tokens_per_second / plain.stats.tokens_per_second
+    assert f"{ratio:.2f}× vs plain" in window.chat.toPlainText()
+    assert window.cards.speedup.value.text() == f"{ratio:.2f}×"
+    assert "Plain decoding:" in window.chat.turns[-1].text
+    assert len(window.plots.tps_plain.getData()[0]) == plain.stats.target_forwards
+    assert read_log(window.log_path).generations[-1].info["drafter"] == "none"
+
+
+def test_stop_ends_the_reply_early_and_the_log_stays_whole(window, qtbot):
+    window.new_chat()
+    window.controls.max_new.setValue(1500)
+    window.controls.k_box.setValue(4)
+    window.input.setPlainText(PROMPT)
+    with qtbot.waitSignal(window.reply_done, timeout=WAIT_MS) as done_blocker:
+        with qtbot.waitSignal(window.worker.event, timeout=WAIT_MS,
+                              check_params_cb=lambda tag, ev: isinstance(ev, StepEvent)):
+            window.send()
+        assert window.stop_button.isEnabled()
+        window.stop()
+    done = done_blocker.args[0]
+    assert done.stop_reason == "cancelled" and done.stats.new_tokens < 1500
+    assert window.chat.turns[-1].footer.stop_reason == "cancelled"
+    g = read_log(window.log_path).generations[-1]
+    assert g.summary["stop_reason"] == "cancelled" and len(g.steps) == done.stats.target_forwards
+
+
+def test_k_auto_runs_the_adaptive_controller(window, qtbot):
+    done, steps, _ = send(window, qtbot, k="auto", max_new=16)
+    assert done.stats.new_tokens > 0 and len(steps) == done.stats.target_forwards
+    assert read_log(window.log_path).generations[-1].info["settings"]["k"] == "auto"
+
+
+def test_a_bad_setting_is_a_chat_message_and_the_app_stays_usable(window, qtbot):
+    window.new_chat()
+    window.controls.max_new.setValue(100_000)  # beyond the demo model's 2048-token context
+    window.input.setPlainText(PROMPT)
+    with qtbot.waitSignal(window.worker.failed, timeout=WAIT_MS):
+        window.send()
+    qtbot.waitUntil(lambda: window.state == "idle", timeout=WAIT_MS)
+    err = window.chat.turns[-1]
+    assert err.role == "error" and "context" in err.text and "New chat" in err.text
+    done, _, _ = send(window, qtbot, max_new=4)
+    assert done.stats.new_tokens > 0
+
+
+def test_exports_and_reopening_a_log(window, qtbot, tmp_path):
+    send(window, qtbot, max_new=12)
+    log = read_log(window.log_path)
+    total_steps = sum(len(g.steps) for g in log.generations)
+    assert window.export_to(str(tmp_path / "s.jsonl"), "jsonl")
+    assert (tmp_path / "s.jsonl").read_text() == Path(window.log_path).read_text()
+    assert window.export_to(str(tmp_path / "s.csv"), "csv")
+    import csv
+
+    rows = list(csv.DictReader((tmp_path / "s.csv").open()))
+    assert len(rows) == total_steps and {"accepted", "drafted", "step_s", "rss_bytes"} <= set(rows[0])
+    assert window.export_to(str(tmp_path / "s.html"), "html")
+    html = (tmp_path / "s.html").read_text()
+    assert html.count("data:image/png;base64,") == len([g for g in log.generations if g.steps])
+    assert "Summary" in html and "demo-target" in html
+    # a failed export (here: a file where a folder should be) is a dialog, and nothing else changes
+    (tmp_path / "file").write_text("x")
+    assert not window.export_to(str(tmp_path / "file" / "out.html"), "html")
+    assert "cannot write" in window.last_error
+    # a past log re-opened: its plots show the chosen generation
+    dlg = window.open_log(window.log_path)  # deletes itself on close
+    assert dlg.table.rowCount() == len(log.generations)
+    assert dlg.plots.steps.steps == len(log.generations[0].steps)
+    dlg.table.selectRow(len(log.generations) - 1)
+    assert dlg.plots.steps.steps == len(log.generations[-1].steps)
+    dlg.close()
+    assert window.open_log(str(tmp_path / "s.csv")) is None and "not" in window.last_error
+
+
+def test_planner_dialog_verdict_follows_the_budget(window, qtbot):
+    from specdesk.qt.planner_dialog import segments
+
+    dlg = window.open_planner()  # deletes itself on close
+    qtbot.waitUntil(lambda: dlg.result is not None, timeout=60_000)
+    dlg.device_box.setCurrentIndex(dlg.device_box.findData("cpu"))
+    with qtbot.waitSignal(dlg.planned, timeout=60_000) as b:
+        dlg.budget.setValue(64.0)
+    big = b.args[0]
+    assert big.fits and dlg.verdict.text().startswith("✓ Fits")
+    assert sum(n for _, n in segments(big)) == big.total_bytes == sum(n for _, n in dlg.bar.parts)
+    with qtbot.waitSignal(dlg.planned, timeout=60_000) as b:
+        dlg.budget.setValue(0.05)
+    small = b.args[0]
+    assert not small.fits and small.total_bytes == big.total_bytes
+    assert dlg.verdict.text().startswith("✗ Does not fit") and "does not fit" in small.verdict
+    assert dlg.breakdown.rowCount() >= len(small.rows())
+    with qtbot.waitSignal(dlg.planned, timeout=60_000) as b:
+        dlg.context.setValue(512)  # a smaller context needs fewer KV bytes
+    assert b.args[0].total_bytes < small.total_bytes and b.args[0].context == 512
+    dlg.close()
+
+
+def test_picker_choice_loads_a_new_pair(window, qtbot):
+    from specdesk.qt.model_picker import NONE
+
+    dlg = window.open_picker()
+    qtbot.waitUntil(lambda: not dlg.busy and bool(dlg.candidates), timeout=120_000)
+    assert dlg.select_draft(NONE)
+    with qtbot.waitSignal(window.engine_ready, timeout=WAIT_MS) as b:
+        dlg.accept()
+    info = b.args[0]
+    assert info.draft is None and info.drafter == "none" and info.drafters == ("ngram", "none")
+    assert window.controls.drafter() == "none" and "no draft" in window.pair_label.text()
+    done, steps, _ = send(window, qtbot, drafter="none", max_new=6)
+    assert done.stats.drafted == 0 and all(s.drafted == 0 for s in steps)
+    saved = json.loads((Path(os.environ["SPECDESK_CONFIG_DIR"]) / "settings.json").read_text())
+    assert saved["gui"]["pair"]["drafter"] == "none"
+
+
+def test_a_load_failure_is_a_dialog_and_the_app_recovers(window, qtbot, tmp_path):
+    from specdesk.qt.main_window import DEMO_PAIR
+    from specdesk.qt.worker import LoadRequest
+
+    with qtbot.waitSignal(window.load_error, timeout=WAIT_MS) as b:
+        window.load_pair(LoadRequest(str(tmp_path / "no-such-model")))
+    assert "no-such-model" in b.args[0] and window.state == "no model" and window.info is None
+    assert not window.send_button.isEnabled()
+    # the progress dialog's Cancel: the half-loaded pair is dropped, nothing is left loaded
+    with qtbot.waitSignal(window.load_error, timeout=WAIT_MS) as b:
+        window.load_pair(DEMO_PAIR)
+        assert window._progress is not None and window._progress.isVisible()
+        from PySide6.QtWidgets import QPushButton
+
+        cancel = next(b for b in window._progress.findChildren(QPushButton) if b.text() == "Cancel")
+        cancel.click()
+    assert b.args[0] == "cancelled" and window.info is None and window.state == "no model"
+    assert "Loading cancelled" in window.chat.turns[-1].text
+    with qtbot.waitSignal(window.engine_ready, timeout=WAIT_MS):
+        window.load_pair(DEMO_PAIR)
+    done, _, _ = send(window, qtbot, max_new=4)
+    assert done.stats.new_tokens > 0
+
+
+def test_closing_mid_generation_stops_the_worker_and_settings_persist(window, qtbot):
+    from specdesk.qt.main_window import MainWindow
+
+    window.new_chat()
+    window.controls.max_new.setValue(1500)
+    window.controls.top_p.setValue(0.85)
+    window.input.setPlainText(PROMPT)
+    with qtbot.waitSignal(window.worker.event, timeout=WAIT_MS,
+                          check_params_cb=lambda tag, ev: isinstance(ev, StepEvent)):
+        window.send()
+    path = window.log_path
+    window.close()
+    assert window._thread.isFinished()
+    log = read_log(path)
+    g = log.generations[-1]
+    assert not log.truncated and g.summary is not None and g.summary["stop_reason"] == "cancelled"
+    assert len(g.steps) == g.summary["stats"]["target_forwards"] < 1500
+    again = MainWindow()  # restores the sampling values and the last pair
+    qtbot.addWidget(again)
+    assert again.controls.top_p.value() == pytest.approx(0.85)
+    assert again.controls.max_new.value() == 1500
+    assert again.saved_pair().target == "demo-target"
+    again.close()
+
+
+KILL_SCRIPT = textwrap.dedent("""
+    import sys, time
+    from PySide6.QtWidgets import QApplication
+    from specdesk.core.events import StepEvent
+    from specdesk.qt.main_window import DEMO_PAIR, MainWindow
+    app = QApplication([])
+    win = MainWindow()
+    def on_event(tag, ev):
+        if isinstance(ev, StepEvent):
+            print("STEP", ev.index, flush=True)
+    win.worker.event.connect(on_event)
+    win.worker.log_opened.connect(lambda p: print("LOG", p, flush=True))
+    def go(info):
+        win.controls.max_new.setValue(1500)
+        win.input.setPlainText("def f(x):\\n    ")
+        win.send()
+    win.engine_ready.connect(go)
+    win.load_pair(DEMO_PAIR)
+    app.exec()
+""")
+
+
+def test_killing_the_app_mid_generation_loses_no_completed_step(env_dirs, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "QT_QPA_PLATFORM": "offscreen",
+           "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg"), "SPECDESK_DATA_DIR": str(tmp_path / "data")}
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    log_path, shown = None, -1
+    try:
+        deadline = time.monotonic() + WAIT_MS / 1000
+        for line in proc.stdout:
+            if line.startswith("LOG "):
+                log_path = line[4:].strip()
+            elif line.startswith("STEP "):
+                shown = int(line.split()[1])
+                if shown >= 5:
+                    break
+            if time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert log_path is not None and shown >= 5
+    log = read_log(log_path)
+    g = log.generations[-1]
+    assert g.summary is None  # killed mid-generation
+    assert len(g.steps) >= shown + 1  # every step the GUI had shown is on disk
+    assert [s["index"] for s in g.steps] == list(range(len(g.steps)))

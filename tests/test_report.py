@@ -1,0 +1,72 @@
+"""``specdesk report``: HTML (plots embedded) and CSV from real session logs, headless."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import re
+
+import pytest
+
+from specdesk.cli import main
+from specdesk.core.sessionlog import read_log
+
+PROMPT = "for i in range(10):\n    print(i)\n"
+
+
+@pytest.fixture(scope="module")
+def session_log(tmp_path_factory, tiny_target, tiny_draft):
+    """Two generations of the same prompt in one log: speculative, then plain decoding."""
+    path = tmp_path_factory.mktemp("report") / "session.jsonl"
+    common = ["generate", "--target", str(tiny_target), "--prompt", PROMPT, "--max-new-tokens", "12",
+              "--device", "cpu", "--log", str(path)]
+    assert main(common + ["--draft", str(tiny_draft)]) == 0
+    assert main(common + ["--drafter", "none"]) == 0
+    return path
+
+
+def test_html_and_csv_reports(session_log, tmp_path, capsys):
+    out_html, out_csv = tmp_path / "r.html", tmp_path / "r.csv"
+    assert main(["report", str(session_log), "--html", str(out_html), "--csv", str(out_csv)]) == 0
+    assert f"wrote {out_html}" in capsys.readouterr().out
+    log = read_log(session_log)
+    assert len(log.generations) == 2
+    rows = list(csv.DictReader(out_csv.open()))
+    assert len(rows) == sum(len(g.steps) for g in log.generations)
+    assert [r["generation"] for r in rows].count("1") == len(log.generations[1].steps)
+    assert all(int(r["tokens"]) == len(r["token_ids"].split()) for r in rows)
+    html = out_html.read_text()
+    images = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", html)
+    assert len(images) == 2
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    assert "<h2>Summary</h2>" in html and html.count("<tr><td>") == 2  # one summary row per generation
+    spec, plain = (g.summary["stats"] for g in log.generations)
+    ratio = (spec["new_tokens"] / spec["decode_seconds"]) / (plain["new_tokens"] / plain["decode_seconds"])
+    assert f"{ratio:.2f}×" in html  # the speed-up against the plain run of the same prompt
+
+
+def test_summary_without_outputs_and_a_cut_log(session_log, tmp_path, capsys):
+    assert main(["report", str(session_log)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("generation ") == 2 and "tok/s" in out
+    cut = tmp_path / "cut.jsonl"
+    text = session_log.read_text()
+    cut.write_text(text[: len(text) - 40])  # killed mid-line: the summary line is half written
+    assert main(["report", str(cut), "--html", str(tmp_path / "cut.html"), "--no-plots"]) == 0
+    html = (tmp_path / "cut.html").read_text()
+    assert "last line of this log was cut" in html and "incomplete" in html
+    assert "data:image/png" not in html
+
+
+def test_user_errors_are_one_line(tmp_path, session_log, capsys):
+    assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
+    assert "no such session log" in capsys.readouterr().err
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"hello": 1}\n')
+    assert main(["report", str(junk)]) == 2
+    assert "not a specdesk session log" in capsys.readouterr().err
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["report", str(session_log), "--csv", str(blocker / "out.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("specdesk: error: cannot write") and err.count("\n") == 1
