@@ -78,8 +78,10 @@ def main() -> int:
     ap.add_argument("--draft", default="demo-draft")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--acceptance-only", action="store_true")
+    ap.add_argument("--ks", default="1,2,3,4,5,6,7,8", help="k values for the acceptance table")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    ks = tuple(int(k) for k in args.ks.split(","))
 
     import torch
 
@@ -89,7 +91,7 @@ def main() -> int:
     prompts = held_out_prompts(engine.tokenizer)
     t0 = time.perf_counter()
     out = {"prompts": [m for m, _ in prompts], "prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS,
-           "threads": torch.get_num_threads(), "acceptance": acceptance(engine, prompts)}
+           "threads": torch.get_num_threads(), "acceptance": acceptance(engine, prompts, ks)}
     if not args.acceptance_only:
         out["speed"] = speed(engine, prompts, args.repeats)
         fixed = {m: v for m, v in out["speed"].items() if m.startswith("k=") and m != "k=auto"}

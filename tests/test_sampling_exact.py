@@ -6,7 +6,6 @@ tokens is computed from the target alone and compared with 2,000 speculative gen
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from specdesk.core.errors import BadSetting
 from specdesk.core.loading import DTYPES, QUANTS
 
 
@@ -47,8 +46,6 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def load_engine(args, progress=None):
     import specdesk
 
-    if args.drafter == "model" and args.draft is None and args.target != "demo-target":
-        raise BadSetting("--drafter model needs --draft")
     return specdesk.load(args.target, args.draft, drafter=args.drafter, target_quant=args.target_quant,
                          draft_quant=args.draft_quant, double_quant=args.double_quant, dtype=args.dtype,
                          device=args.device, ngram_max=args.ngram_max, ngram_min=args.ngram_min,

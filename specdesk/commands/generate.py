@@ -12,6 +12,7 @@ from pathlib import Path
 from specdesk.commands.common import add_model_args, add_sampling_args, load_engine
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, StepEvent
+from specdesk.core.pairing import resolve_drafter
 from specdesk.core.settings import GenerationSettings
 
 
@@ -72,8 +73,7 @@ def record_peak(engine, context: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.draft is not None and args.drafter in ("ngram", "none"):
-        raise BadSetting(f"--draft and --drafter {args.drafter} contradict each other: choose one")
+    resolve_drafter(args.target, args.draft, args.drafter)  # contradictions fail before anything loads
     settings = settings_from(args)  # bad values fail here, before any model is loaded
     prompt = read_prompt(args)
     if args.log is not None:

@@ -8,6 +8,7 @@ import json
 from specdesk.core import userdirs
 from specdesk.core.discovery import discover, drafts_for
 from specdesk.core.errors import BadModel
+from specdesk.core.units import disk_size, param_count
 
 
 def add_parser(sub) -> None:
@@ -18,25 +19,6 @@ def add_parser(sub) -> None:
     p.add_argument("--add", metavar="FOLDER", help="remember a model folder (kept in the settings file)")
     p.add_argument("--remove", metavar="FOLDER", help="forget a remembered folder")
     p.set_defaults(func=run)
-
-
-def human(n: int | None) -> str:
-    if not n:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
-
-
-def count(n: int | None) -> str:
-    if not n:
-        return "-"
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.2f}{unit}"
-    return str(n)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         good = [c for c in cands if c.compatible]
         print(f"Compatible drafts for {args.drafts_for} (smallest first):")
         for c in good:
-            print(f"  {c.entry.name:40s} {count(c.entry.params):>8s} params  {human(c.entry.bytes_on_disk):>9s}")
+            print(f"  {c.entry.name:40s} {param_count(c.entry.params):>8s} params  {disk_size(c.entry.bytes_on_disk):>9s}")
         if not good:
             print("  none (prompt lookup, --drafter ngram, needs no draft model)")
         others = [c for c in cands if not c.compatible]
@@ -76,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         if not e.usable:
             print(f"{e.name[:40]:40s} {e.source:9s} unusable: {e.reason}")
             continue
-        print(f"{e.name[:40]:40s} {e.source:9s} {str(e.architecture)[:10]:10s} {count(e.params):>8s} "
-              f"{e.vocab_size or '-':>7} {str(e.dtype)[:9]:9s} {human(e.bytes_on_disk):>9s} "
+        print(f"{e.name[:40]:40s} {e.source:9s} {str(e.architecture)[:10]:10s} {param_count(e.params):>8s} "
+              f"{e.vocab_size or '-':>7} {str(e.dtype)[:9]:9s} {disk_size(e.bytes_on_disk):>9s} "
               f"{(e.quantized or 'no')[:6]:6s} {'yes' if e.chat_template else 'no'}")
     return 0

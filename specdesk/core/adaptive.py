@@ -1,111 +1,155 @@
 """Adaptive k: choose the number of draft tokens each step to maximise expected tokens per second.
 
-Model (Leviathan et al. 2023, section 3.3): with per-token acceptance probability a, a step that drafts
-k tokens emits E(k) = (1 - a^(k+1)) / (1 - a) tokens and costs k * c_draft + verify(k + 1), where
-verify(m) = v0 + v1 * m is the target's cost for m positions (on a GPU nearly flat in m, on a CPU
-clearly not). Plain decoding is k = 0: one token for verify(1). The controller estimates a, c_draft,
-v0 and v1 online from the steps it sees (exponentially forgetting old steps, so a change of text
-regime is followed within tens of steps) and picks argmax_k E(k) / cost(k).
+Model (after Leviathan et al. 2023, section 3.3): a step that drafts k tokens emits
+E(k) = 1 + sum_{i<=k} prod_{j<=i} a_j tokens, where a_j is the probability that draft token j is accepted
+given that tokens 1..j-1 were (with a constant a this is (1 - a^(k+1)) / (1 - a)). Acceptance is bursty in
+real text (easy stretches and hard ones), so a_j is estimated per position rather than assumed constant:
+a_j = accepted_j / judged_j over recent steps, where a step judges position j when it drafted at least j
+tokens and kept the first j-1. A step costs k * c_draft + verify(k + 1); verify(m), the target's cost for
+m positions in one pass, is measured per m (on a CPU it jumps from m = 1 to m = 2 and then grows slowly,
+on a GPU it is nearly flat), interpolated where a size was not seen. Plain decoding is k = 0: one token for
+verify(1). The controller picks argmax_k E(k) / cost(k); estimates forget old steps exponentially so a
+change of text regime is followed within tens of steps.
 
-When no k > 0 pays, it decodes plainly and drafts a short probe now and then (at growing intervals)
-to notice when speculation starts paying again, so it is never much slower than plain decoding.
-Acceptance is estimated as successes / trials, where a step with n accepted out of k counts n
-successes and, when n < k, one failure (draft tokens after the first rejection are never judged).
+Each a_j is shrunk toward a_{j-1} with a few pseudo-trials, so a position seldom judged looks like its
+neighbour instead of like its one unlucky sample; and every few steps the controller drafts two tokens
+more than its best guess, so the positions just beyond it keep being measured (without this it settles
+on whatever k its first noisy samples favoured). When no k > 0 pays it decodes plainly, drafting a short
+probe now and then (at growing intervals) to notice when speculation starts paying again, so it is never
+much slower than plain decoding.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
-
-@dataclass
 class _Decayed:
-    """Exponentially decayed running sums (weight halves every ``half_life`` observations)."""
+    """An exponentially forgetting (weight, sum) pair: a mean whose old samples fade."""
 
-    half_life: float
-    w: float = 0.0
-    sums: tuple[float, ...] = ()
+    __slots__ = ("keep", "w", "s")
 
-    def add(self, *values: float) -> None:
-        keep = 0.5 ** (1.0 / self.half_life)
-        if not self.sums:
-            self.sums = tuple(0.0 for _ in values)
-        self.w = self.w * keep + 1.0
-        self.sums = tuple(s * keep + v for s, v in zip(self.sums, values))
+    def __init__(self, half_life: float, w: float = 0.0, s: float = 0.0) -> None:
+        self.keep = 0.5 ** (1.0 / half_life)
+        self.w, self.s = w, s
+
+    def add(self, value: float, weight: float = 1.0) -> None:
+        self.w = self.w * self.keep + weight
+        self.s = self.s * self.keep + value
+
+    @property
+    def mean(self) -> float | None:
+        return self.s / self.w if self.w > 1e-9 else None
 
 
 class AdaptiveK:
     """A k controller for the decode loop: ``choose()`` before a step, ``observe(...)`` after it."""
 
-    def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.6,
-                 half_life: float = 24.0, probe_k: int = 2, probe_every: int = 16, probe_max: int = 128) -> None:
+    PSEUDO_TRIALS = 2.0  # strength of the pull of a_j toward a_{j-1}
+
+    def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
+                 half_life: float = 16.0, probe_k: int = 2, probe_every: int = 16, probe_max: int = 128,
+                 explore_every: int = 6, explore_step: int = 2) -> None:
         self.k_max = k_max
         self.k_init = k_init
+        self.prior_acceptance = prior_acceptance
+        self.explore_every, self.explore_step = explore_every, explore_step
+        self.steps = 0
         self.probe_k = probe_k
         self.probe_min, self.probe_max = probe_every, probe_max
         self.probe_every = probe_every
-        # acceptance: decayed successes / trials, seeded with a weak prior of 4 trials
-        self.acc = _Decayed(half_life, w=1.0, sums=(prior_acceptance * 4, 4.0))
-        # draft cost per drafted token
-        self.draft = _Decayed(half_life)
-        # verify cost regression on m = positions verified: sums of (1, m, m^2, v, m*v)
-        self.verify = _Decayed(half_life * 2)
+        self.half_life = half_life
+        # per-position acceptance, decayed successes / judged, kept apart by the previous step's outcome:
+        # state 1 after a step that kept every draft token (an easy stretch tends to go on), else state 0
+        self.acc_by_state = [[_Decayed(half_life) for _ in range(k_max + 1)] for _ in range(2)]
+        self.state = 0
+        self.draft = _Decayed(half_life * 4)  # seconds per drafted token (a property of the machine)
+        self.verify = [_Decayed(half_life * 4) for _ in range(k_max + 2)]  # seconds per pass, by positions m
         self.plain_streak = 0
-        self.steps = 0
-        self.last_choice = k_init
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
 
     # ------------------------------------------------------------------ estimates
 
     @property
+    def acc(self) -> list[_Decayed]:
+        return self.acc_by_state[self.state]
+
+    def acceptances(self, k: int, state: int | None = None) -> list[float]:
+        """[a_1 .. a_k] in the current state: P(draft token j accepted | tokens 1..j-1 accepted).
+
+        a_1 is shrunk toward both states' pooled a_1, each later a_j toward a_{j-1}.
+        """
+        table = self.acc_by_state[self.state if state is None else state]
+        p0, p1 = self.acc_by_state[0][1], self.acc_by_state[1][1]
+        pooled = (p0.s + p1.s + self.PSEUDO_TRIALS * self.prior_acceptance) / (p0.w + p1.w + self.PSEUDO_TRIALS)
+        out, prior = [], pooled
+        for j in range(1, k + 1):
+            a = table[min(j, self.k_max)]
+            prior = (a.s + self.PSEUDO_TRIALS * prior) / (a.w + self.PSEUDO_TRIALS)
+            out.append(min(0.995, max(0.0, prior)))
+        return out
+
+    def acceptance_at(self, j: int) -> float:
+        return self.acceptances(j)[-1]
+
+    @property
     def acceptance(self) -> float:
-        s, t = self.acc.sums
-        return min(0.999, max(0.0, s / t)) if t > 0 else 0.0
+        return self.acceptance_at(1)
 
     @property
     def draft_cost(self) -> float | None:
-        if not self.draft.sums or self.draft.sums[1] <= 0:
-            return None
-        return self.draft.sums[0] / self.draft.sums[1]  # seconds per drafted token
+        return self.draft.s / self.draft.w if self.draft.w > 1e-9 and self.draft.s > 0 else None
 
     def verify_cost(self, m: int) -> float | None:
-        if not self.verify.sums:
+        """Seconds for a verify pass over m positions: measured, else interpolated / extrapolated."""
+        seen = [(i, v.mean) for i, v in enumerate(self.verify) if i >= 1 and v.mean is not None]
+        if not seen:
             return None
-        n, sm, smm, sv, smv = self.verify.sums
-        mean_m, mean_v = sm / n, sv / n
-        var = smm / n - mean_m * mean_m
-        if var > 0.05:
-            slope = max(0.0, (smv / n - mean_m * mean_v) / var)
-        else:
-            slope = 0.05 * mean_v / max(mean_m, 1.0)  # one k seen so far: assume a mild growth with m
-        intercept = max(mean_v - slope * mean_m, 0.2 * mean_v)
-        return intercept + slope * m
+        for i, c in seen:
+            if i == m:
+                return c
+        below = [(i, c) for i, c in seen if i < m]
+        above = [(i, c) for i, c in seen if i > m]
+        if below and above:
+            (i0, c0), (i1, c1) = below[-1], above[0]
+            return c0 + (c1 - c0) * (m - i0) / (i1 - i0)
+        if below:  # beyond the largest seen: grow at the observed slope past m = 2 (at least 2% per position)
+            multi = [(i, c) for i, c in below if i >= 2]
+            i1, c1 = below[-1]
+            slope = 0.02 * c1
+            if len(multi) >= 2:
+                (ia, ca), (ib, cb) = multi[0], multi[-1]
+                slope = max(slope, (cb - ca) / (ib - ia))
+            return c1 + slope * (m - i1)
+        i1, c1 = above[0]  # below the smallest seen (m = 1 before any plain step): assume no cheaper
+        return c1
 
-    def expected_tokens(self, k: int, a: float | None = None) -> float:
-        a = self.acceptance if a is None else a
-        return float(k + 1) if a >= 0.999 else (1.0 - a ** (k + 1)) / (1.0 - a)
+    def expected_tokens(self, k: int, acc: list[float] | None = None) -> float:
+        e, run = 1.0, 1.0
+        for a in (acc if acc is not None else self.acceptances(k))[:k]:
+            run *= a
+            e += run
+        return e
 
-    def rate(self, k: int) -> float | None:
+    def rate(self, k: int, acc: list[float] | None = None) -> float | None:
         """Predicted tokens per second for drafting k tokens per step."""
         v = self.verify_cost(k + 1)
         c = self.draft_cost if k > 0 else 0.0
         if v is None or c is None:
             return None
-        return self.expected_tokens(k) / (k * c + v)
+        return self.expected_tokens(k, acc) / (k * c + v)
 
     def best_k(self) -> int:
-        rates = [(self.rate(k), k) for k in range(0, self.k_max + 1)]
-        known = [(r, k) for r, k in rates if r is not None]
-        if not known:
-            return self.k_init
-        return max(known)[1]
+        acc = self.acceptances(self.k_max)
+        known = [(r, k) for k in range(self.k_max + 1) if (r := self.rate(k, acc)) is not None]
+        return max(known)[1] if known else self.k_init
 
     # ------------------------------------------------------------------ controller protocol
 
     def choose(self) -> int:
         self.steps += 1
-        if self.draft_cost is None:  # nothing measured yet: draft to learn the costs
-            k = self.k_init
+        if self.draft_cost is None:
+            k = self.k_init  # nothing measured yet: draft, to learn the costs
+        elif self.verify[1].mean is None:
+            k = 0  # one plain step, to learn what plain decoding costs here
         else:
             k = self.best_k()
             if k == 0:
@@ -117,17 +161,28 @@ class AdaptiveK:
             else:
                 self.plain_streak = 0
                 self.probe_every = self.probe_min
-        self.last_choice = k
+                if self.steps % self.explore_every == 0:
+                    k = min(self.k_max, k + self.explore_step)
         self.history.append(k)
         return k
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
-        self.verify.add(1.0, drafted + 1.0, (drafted + 1.0) ** 2, verify_s, (drafted + 1.0) * verify_s)
-        if drafted > 0:
-            failures = 1.0 if accepted < drafted else 0.0
-            self.acc.add(float(accepted), accepted + failures)
-            self.draft.add(draft_s, float(drafted))
+        m = min(drafted + 1, len(self.verify) - 1)
+        self.verify[m].add(verify_s)
+        if drafted <= 0:
+            return
+        self.draft.add(draft_s, float(drafted))
+        table = self.acc
+        for j in range(1, min(drafted, self.k_max) + 1):
+            if j > accepted + 1:
+                break  # positions after the first rejection were never judged
+            table[j].add(1.0 if j <= accepted else 0.0)
+        self.state = 1 if accepted == drafted else 0
 
     def reset_acceptance(self, keep: float = 0.25) -> None:
         """A new prompt: keep the cost model (a property of the machine), mostly forget acceptance."""
-        self.acc.sums = tuple(s * keep for s in self.acc.sums)
+        for table in self.acc_by_state:
+            for a in table:
+                a.w *= keep
+                a.s *= keep
+        self.state = 0

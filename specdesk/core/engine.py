@@ -18,10 +18,10 @@ from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_model
+from specdesk.core.pairing import DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
 
-DRAFTERS = ("model", "ngram", "none")
 
 
 class Engine:
@@ -176,16 +176,7 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     "model" when a draft is given, or when the target is the bundled demo-target (its draft is demo-draft),
     and "ngram" otherwise. Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
     """
-    if drafter is not None and drafter not in DRAFTERS:
-        raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
-    if drafter is None:
-        drafter = "model" if (draft is not None or target == "demo-target") else "ngram"
-    if drafter == "model" and draft is None:
-        if target != "demo-target":
-            raise BadSetting("drafter 'model' needs a draft model (give one, or choose drafter ngram or none)")
-        draft = "demo-draft"
-    if drafter != "model":
-        draft = None
+    drafter, draft = resolve_drafter(target, draft, drafter)
     say = progress or (lambda msg: None)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QDialogBut
                                QHBoxLayout, QHeaderView, QLabel, QListWidget, QListWidgetItem, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout)
 
+from specdesk.core.units import disk_size, param_count
 from specdesk.qt import theme
 from specdesk.qt.tasks import run_task
 from specdesk.qt.worker import LoadRequest
@@ -27,22 +28,11 @@ def quant_label(method: str, double_quant: bool) -> str:
 
 
 def human_bytes(n: int | None) -> str:
-    if not n:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return str(n)
+    return disk_size(n)
 
 
 def human_count(n: int | None) -> str:
-    if not n:
-        return "-"
-    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= div:
-            return f"{n / div:.1f}{unit}"
-    return str(n)
+    return param_count(n, digits=1)
 
 
 def _quant_box() -> QComboBox:

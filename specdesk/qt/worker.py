@@ -173,9 +173,6 @@ class EngineWorker(QObject):
                 ids = eng.encode(req.prompt)
                 logged_prompt = req.prompt
             events = eng.stream(ids, cancel=cancel, drafter=req.drafter, settings=req.settings)
-        except ImportError:
-            self.failed.emit(req.tag, "k = auto is not available in this build yet: choose a number for k")
-            return
         except SpecdeskError as e:
             self.failed.emit(req.tag, str(e))
             return

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
+from specdesk.core.pairing import resolve_drafter
 from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
@@ -33,7 +34,6 @@ from specdesk.core.plan.quant import QuantSpec, resolve_plan_dtype
 
 log = logging.getLogger(__name__)
 
-DRAFTERS = ("model", "ngram", "none")
 MAX_K = 32  # = specdesk.core.settings.MAX_K: k "auto" preallocates for it
 DEFAULT_CONTEXT = 4096
 NO_LIMIT_CONTEXT = 1 << 20  # engine.max_context for a config without max_position_embeddings
@@ -302,21 +302,6 @@ def find_candidate_drafts(target: str) -> list[str]:
         return []
 
 
-def _resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tuple[str, str | None]:
-    """The engine's defaults (engine.load): a draft means "model"; demo-target drafts with demo-draft."""
-    if drafter is not None and drafter not in DRAFTERS:
-        raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
-    if draft is not None and drafter in ("ngram", "none"):
-        raise BadSetting(f"a draft model and drafter {drafter} contradict each other: choose one")
-    if drafter is None:
-        drafter = "model" if (draft is not None or target == "demo-target") else "ngram"
-    if drafter == "model" and draft is None:
-        if target != "demo-target":
-            raise BadSetting("drafter 'model' needs a draft model (give one, or choose drafter ngram or none)")
-        draft = "demo-draft"
-    return drafter, (draft if drafter == "model" else None)
-
-
 def _check_k(k: int | str) -> int:
     if k == "auto":
         return MAX_K
@@ -356,7 +341,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     if device != "cpu" and not str(device).startswith("cuda"):
         raise BadSetting(f"unknown device {device!r}: use cpu, cuda or cuda:N")
     k_int = _check_k(k)
-    drafter, draft = _resolve_drafter(str(target), None if draft is None else str(draft), drafter)
+    drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     t_spec = QuantSpec.parse(target_quant, double_quant)
     d_spec = QuantSpec.parse(draft_quant, double_quant)
     pdtype = resolve_plan_dtype(dtype, device)
