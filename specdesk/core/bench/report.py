@@ -15,7 +15,9 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
                f"transformers {meta.get('transformers')}; mode: {meta.get('mode')}; repeats {meta.get('repeats')}; "
                f"max new tokens {meta.get('max_new_tokens')}; wall time {meta.get('seconds', 0):.0f} s.")
     out.append("")
-    out.append("tok/s: median over runs (decode only for specdesk, whole call for transformers). "
+    out.append("tok/s: median over runs (decode only for specdesk, whole call for transformers). After 1st step: "
+               "tokens after the first step over the time after it, the same measure for every method (transformers' "
+               "first step holds both models' prefill). "
                "Speed-up: median of paired ratios to plain decoding of the same prompt and repeat. "
                "Predicted: Leviathan et al.'s E = (1 - a^(k+1)) / (1 - a) with the measured per-token acceptance a, "
                "draft and verify costs. Identical: greedy outputs token-identical to plain decoding.")
@@ -25,11 +27,12 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
             if not sel:
                 continue
             out += ["", f"## {cat}, temperature {temp:g}", "",
-                    "| method | tok/s | whole-call tok/s | speed-up | whole-call speed-up | acceptance | a | tokens/step "
+                    "| method | tok/s | after 1st step tok/s | whole-call tok/s | speed-up | whole-call speed-up | acceptance | a | tokens/step "
                     "| predicted | efficiency | identical | mean k |",
-                    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for r in sel:
-                out.append(f"| {r.method} | {r.tokens_per_s:.1f} | {r.wall_tokens_per_s:.1f} | {_f(r.speedup, '{:.2f}x')} "
+                out.append(f"| {r.method} | {r.tokens_per_s:.1f} | {_f(r.steady_tokens_per_s, '{:.1f}')} "
+                           f"| {r.wall_tokens_per_s:.1f} | {_f(r.speedup, '{:.2f}x')} "
                            f"| {_f(r.wall_speedup, '{:.2f}x')} | {_f(r.acceptance_rate)} | {_f(r.alpha)} "
                            f"| {_f(r.mean_accepted_length)} | {_f(r.predicted_speedup, '{:.2f}x')} "
                            f"| {_f(r.efficiency)} | {r.identical or '-'} | {_f(r.mean_k, '{:.1f}')} |")

@@ -39,6 +39,10 @@ class Run:
     new_tokens: int
     wall_s: float  # the whole call: prefill + decode (the only time Hugging Face's generate offers)
     decode_s: float | None = None
+    # after the first step (which holds both models' prefill in transformers' generate): the steady decode
+    # rate, measured the same way for every method, so specdesk and transformers compare like for like
+    steady_s: float | None = None
+    steady_tokens: int = 0
     forwards: int | None = None
     drafted: int | None = None
     accepted: int | None = None
@@ -58,6 +62,12 @@ class Run:
         if self.decode_s is None:
             return None
         return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def steady_tps(self) -> float | None:
+        if not self.steady_s or self.steady_tokens <= 0:
+            return None
+        return self.steady_tokens / self.steady_s
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in self.__dict__.items() if k != "token_ids"}
@@ -99,11 +109,31 @@ def run_specdesk(engine, method: Method, ids: list[int], temperature: float, max
             succ += s.accepted
             trials += s.accepted + (1 if s.accepted < s.drafted else 0)
     st = r.stats
+    first = r.steps[0] if r.steps else None
+    steady_s = (st.decode_seconds - first.step_s) if first is not None and len(r.steps) > 1 else None
+    steady_tokens = st.new_tokens - len(first.token_ids) if first is not None else 0
     return Run(category="", prompt="", method=method.name, kind=method.kind, k=method.k, temperature=temperature,
                repeat=0, new_tokens=st.new_tokens, wall_s=wall, decode_s=st.decode_seconds,
                forwards=st.target_forwards, drafted=st.drafted, accepted=st.accepted, draft_s=st.draft_seconds,
-               verify_s=st.verify_seconds, successes=succ, trials=trials,
+               verify_s=st.verify_seconds, steady_s=steady_s, steady_tokens=steady_tokens, successes=succ, trials=trials,
                chosen_k=[s.k for s in r.steps] if method.k == "auto" else [], token_ids=tuple(r.token_ids))
+
+
+class _StepClock:
+    """A transformers streamer that only notes when each batch of new tokens arrives (the first put is the prompt)."""
+
+    def __init__(self) -> None:
+        self.puts: list[tuple[float, int]] = []
+        self.prompt_seen = False
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.puts.append((time.perf_counter(), int(value.numel())))
+
+    def end(self) -> None:
+        pass
 
 
 def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int) -> Run:
@@ -120,6 +150,8 @@ def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: 
     else:
         kwargs.update(prompt_lookup_num_tokens=int(method.k), max_matching_ngram_size=engine.ngram[0])
     x = torch.tensor([ids], device=model.device)
+    clock = _StepClock()
+    kwargs["streamer"] = clock
     torch.manual_seed(seed)
     _sync(engine)
     t0 = time.perf_counter()
@@ -128,8 +160,13 @@ def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: 
     _sync(engine)
     wall = time.perf_counter() - t0
     new = out[0, len(ids):].tolist()
+    steady_s, steady_tokens = None, 0
+    if len(clock.puts) > 1:
+        steady_s = clock.puts[-1][0] - clock.puts[0][0]
+        steady_tokens = sum(n for _, n in clock.puts[1:])
     return Run(category="", prompt="", method=method.name, kind=method.kind, k=method.k, temperature=temperature,
-               repeat=0, new_tokens=len(new), wall_s=wall, token_ids=tuple(new))
+               repeat=0, new_tokens=len(new), wall_s=wall, steady_s=steady_s, steady_tokens=steady_tokens,
+               token_ids=tuple(new))
 
 
 def run_method(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int,
