@@ -40,13 +40,13 @@ def card(name: str, folder: Path, train: dict, ev: dict, other: dict) -> str:
     rows = "\n".join(f"| {k} | {v['acceptance_rate']:.3f} | {v['tokens_per_step']:.2f} |" for k, v in acc.items())
     speed = ev.get("speed", {})
     srows = "\n".join(f"| {m} | {v['tokens_per_s']:.1f} | {v['speedup']:.2f}x |" for m, v in speed.items())
-    role = ("the target: the model whose output specdesk reproduces exactly" if name == "demo-target" else
-            "the draft: proposes tokens for demo-target to check, distilled to imitate it")
+    role = ("the model whose output specdesk reproduces exactly" if name == "demo-target" else
+            "it proposes tokens for demo-target to check, and was distilled to imitate it")
     objective = train["objective"]
     lines = [
         f"# {name}",
         "",
-        f"specdesk's bundled demo {('target' if name == 'demo-target' else 'draft')} model: {role}. A small Python "
+        f"specdesk's bundled demo {('target' if name == 'demo-target' else 'draft')} model; {role}. A small Python "
         "code model trained from scratch on the CPU, for demonstrating and testing speculative decoding on any "
         "machine with no download. It writes Python-looking code, often repetitive; it is not a useful code "
         "assistant.",

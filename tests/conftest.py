@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,6 +27,17 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 def copy_demo_tokenizer(dest: Path) -> None:
     for name in TOKENIZER_FILES:
         shutil.copy(DEMO / "demo-target" / name, dest / name)
+
+
+def swapped_token_copy(model: Path, dest: Path, a: int = 500, b: int = 501) -> Path:
+    """A copy of ``model`` whose tokenizer swaps the ids of two tokens: an incompatible draft."""
+    shutil.copytree(model, dest)
+    data = json.loads((dest / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    vocab[by_id[a]], vocab[by_id[b]] = b, a
+    (dest / "tokenizer.json").write_text(json.dumps(data))
+    return dest
 
 
 def make_llama(dest: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,

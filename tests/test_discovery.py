@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import swapped_token_copy
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -80,13 +82,7 @@ def test_hf_home_is_honoured(hub_cache, tmp_path):
 
 
 def test_drafts_for_lists_compatible_smallest_first_and_says_why_not(hub_cache, tmp_path, tiny_draft):
-    odd = tmp_path / "odd-draft"
-    shutil.copytree(tiny_draft, odd)
-    data = json.loads((odd / "tokenizer.json").read_text())
-    vocab = data["model"]["vocab"]
-    by_id = {i: t for t, i in vocab.items()}
-    vocab[by_id[500]], vocab[by_id[501]] = 501, 500
-    (odd / "tokenizer.json").write_text(json.dumps(data))
+    odd = swapped_token_copy(tiny_draft, tmp_path / "odd-draft")
     env = {"HF_HUB_CACHE": str(hub_cache), "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg")}
     r = specdesk("models", "--add", str(odd), "--drafts-for", "acme/tiny-target", "--json", env_extra=env)
     assert r.returncode == 0, r.stderr

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 
 import pytest
 from PySide6.QtCore import Qt
+
+from conftest import swapped_token_copy
 
 
 @pytest.fixture()
@@ -16,13 +16,7 @@ def odd_draft(tmp_path, tiny_draft, monkeypatch):
     monkeypatch.setenv("SPECDESK_CONFIG_DIR", str(tmp_path / "cfg"))
     monkeypatch.setenv("SPECDESK_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    odd = tmp_path / "odd-draft"
-    shutil.copytree(tiny_draft, odd)
-    data = json.loads((odd / "tokenizer.json").read_text())
-    vocab = data["model"]["vocab"]
-    by_id = {i: t for t, i in vocab.items()}
-    vocab[by_id[500]], vocab[by_id[501]] = 501, 500
-    (odd / "tokenizer.json").write_text(json.dumps(data))
+    odd = swapped_token_copy(tiny_draft, tmp_path / "odd-draft")
     from specdesk.core import userdirs
 
     userdirs.add_folder(odd)

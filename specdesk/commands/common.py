@@ -16,10 +16,12 @@ def k_value(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"k must be a whole number or 'auto', not {text!r}") from None
 
 
-def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "demo-target") -> None:
+def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "demo-target", *,
+                   target_help: str = "folder, Hugging Face id in the local cache, or demo-target (default)",
+                   loading: bool = True) -> argparse._ArgumentGroup:
+    """The "models" group. ``loading=False`` (planning) leaves out what only matters once models run."""
     g = p.add_argument_group("models")
-    g.add_argument("--target", default=default_target,
-                   help="target model: folder, Hugging Face id in the local cache, or demo-target (default)")
+    g.add_argument("--target", default=default_target, help=f"target model: {target_help}")
     g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
     g.add_argument("--drafter", choices=("model", "ngram", "none"), default=None,
                    help="model (a draft model), ngram (prompt lookup, no extra model) or none (plain decoding)")
@@ -27,9 +29,11 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
     g.add_argument("--draft-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the draft")
     g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")
     g.add_argument("--dtype", choices=DTYPES, default="auto", help="compute dtype (auto: bf16/fp16 on CUDA, fp32 on CPU)")
-    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
-    g.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: longest n-gram matched (default 4)")
-    g.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: shortest n-gram matched (default 2)")
+    if loading:
+        g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
+        g.add_argument("--ngram-max", type=int, default=4, help="prompt lookup: longest n-gram matched (default 4)")
+        g.add_argument("--ngram-min", type=int, default=2, help="prompt lookup: shortest n-gram matched (default 2)")
+    return g
 
 
 def add_sampling_args(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from specdesk.commands.common import k_value
+from specdesk.commands.common import add_model_args, k_value
 from specdesk.core.errors import BadSetting
-from specdesk.core.loading import DTYPES, QUANTS
 
 
 def add_parser(sub) -> None:
@@ -18,17 +17,8 @@ def add_parser(sub) -> None:
                        description="Plan memory for a target and a draft before loading or downloading them: "
                                    "weights, KV caches, logits, activations and overheads, whether they fit, "
                                    "the largest context that fits, and the best configurations that do.")
-    g = p.add_argument_group("models")
-    g.add_argument("--target", default="demo-target",
-                   help="target model: folder (config.json alone is enough), Hugging Face id in the local cache, "
-                        "or demo-target (default)")
-    g.add_argument("--draft", default=None, help="draft model; default demo-draft for demo-target")
-    g.add_argument("--drafter", choices=("model", "ngram", "none"), default=None,
-                   help="model (a draft model), ngram (prompt lookup, no extra memory) or none")
-    g.add_argument("--target-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the target")
-    g.add_argument("--draft-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the draft")
-    g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")
-    g.add_argument("--dtype", choices=DTYPES, default="auto", help="compute dtype (auto: bf16 on CUDA, fp32 on CPU)")
+    g = add_model_args(p, target_help="folder (config.json alone is enough), Hugging Face id in the local cache, "
+                                      "or demo-target (default)", loading=False)
     g.add_argument("--candidate", action="append", default=None, metavar="DRAFT",
                    help="a draft to consider for the recommendations (repeatable); default: every compatible "
                         "local model")
