@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specdesk.core.bench.analysis import analyse, expected_tokens, goals
+from specdesk.commands.bench import speedup_series
+from specdesk.core.bench.analysis import Row, analyse, expected_tokens, goals
 from specdesk.core.bench.runner import Run
 from specdesk.core.bench.suite import CATEGORIES, build_suite
 
@@ -57,7 +58,7 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--target", str(tiny_target), "--draft",
                         str(tiny_draft), "--quick", "--repeats", "1", "--categories", "editing,prose",
-                        "--json", str(out), "--markdown", str(md)], cwd=ROOT, capture_output=True, text=True,
+                        "--json", str(out), "--markdown", str(md), "--plot", str(tmp_path / "bench.png")], cwd=ROOT, capture_output=True, text=True,
                        timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads(out.read_text())
@@ -70,6 +71,29 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
             assert n == m, row  # every greedy method reproduces plain decoding exactly, HF's included
     assert any(g["name"].startswith("efficiency") for g in data["goals"])
     assert "| plain |" in md.read_text()
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _row(method, kind="specdesk", k="0", speedup=None, steady=None, temperature=0.0):
+    return Row(category="editing", temperature=temperature, method=method, kind=kind, k=k, runs=1,
+               tokens_per_s=1.0, wall_tokens_per_s=1.0, steady_tokens_per_s=steady, speedup=speedup,
+               wall_speedup=None, acceptance_rate=None, alpha=None, mean_accepted_length=None,
+               predicted_speedup=None, efficiency=None, identical=None, mean_k=None)
+
+
+def test_plot_series_take_each_family_at_its_best_k():
+    rows = [_row("plain", speedup=1.0, steady=50.0), _row("draft k=2", k="2", speedup=1.5),
+            _row("draft k=4", k="4", speedup=1.7), _row("draft k=auto", k="auto", speedup=1.6),
+            _row("lookup k=4", k="4", speedup=2.0), _row("lookup k=auto", k="auto", speedup=2.5),
+            _row("hf-assisted k=2", "hf-assisted", "2", steady=60.0),
+            _row("hf-assisted k=4", "hf-assisted", "4", steady=70.0),
+            _row("hf-lookup k=4", "hf-lookup", "4", steady=55.0),
+            _row("draft k=8", k="8", speedup=9.0, temperature=0.7)]  # sampled rows are not plotted
+    cats, series = speedup_series(rows)
+    assert cats == ["editing"]
+    got = {name: round(v[0], 6) for name, v in series.items()}
+    assert got == {"best fixed k": 1.7, "adaptive k": 1.6, "prompt lookup (best k)": 2.5,
+                   "transformers assisted (best k)": 1.4, "transformers lookup": 1.1}
 
 
 def test_bench_rejects_bad_options():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 
 class MetricCard(QFrame):
@@ -22,6 +22,10 @@ class MetricCard(QFrame):
         lay.addWidget(self.title)
         lay.addWidget(self.value)
         lay.addWidget(self.detail)
+        for label in (self.title, self.value, self.detail):
+            # the figures change while decoding: their text must never widen (and so re-layout) the window
+            label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+            label.setMinimumWidth(40)
 
     def set(self, value: str, detail: str = "") -> None:
         self.value.setText(value)

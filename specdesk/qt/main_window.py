@@ -33,6 +33,7 @@ from specdesk.qt.worker import EngineInfo, EngineWorker, GenerateRequest, LoadRe
 log = logging.getLogger(__name__)
 
 MEMORY_MS = 500
+CARDS_MS = 250  # the figures above the plots refresh at 4 Hz while decoding (the final ones at the end)
 DEMO_PAIR = LoadRequest("demo-target", "demo-draft", "model")
 
 
@@ -85,6 +86,7 @@ class MainWindow(QMainWindow):
         if persist:
             self._restore_settings()
 
+        self._cards_shown = 0.0
         self._mem_timer = QTimer(self)
         self._mem_timer.setInterval(MEMORY_MS)
         self._mem_timer.timeout.connect(self._sample_memory)
@@ -350,6 +352,7 @@ class MainWindow(QMainWindow):
         self.chat.begin_reply(self.info.target)
         self._buffer = WordBuffer()
         self.plots.new_generation()
+        self._cards_shown = 0.0
         self.cards.show_figures(0, None, None, None, 0)
         self.cards.show_speedup(None, note="press Compare")
         self._set_state("generating")
@@ -413,9 +416,12 @@ class MainWindow(QMainWindow):
             spans = self._buffer.push(ev.drafted_text, True) + self._buffer.push(ev.target_text, False)
             self.chat.append_spans(spans)
             self.plots.add_step(ev)
-            s = self.plots.steps
-            self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length,
-                                    s.steps)
+            now = time.monotonic()
+            if now - self._cards_shown >= CARDS_MS / 1000:  # at the plots' pace: repainting costs decoding time
+                self._cards_shown = now
+                s = self.plots.steps
+                self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length,
+                                        s.steps)
         elif isinstance(ev, DoneEvent):
             self._finish_reply(req, ev)
         elif isinstance(ev, PrefillEvent):
@@ -510,6 +516,7 @@ class MainWindow(QMainWindow):
         self.controls.setEnabled(not busy)
         label = {"idle": "ready", "no model": "no model loaded"}.get(state, state)
         self.state_label.setText(f"engine: {label}")
+        self.plots.set_busy(state in ("generating", "comparing", "stopping"))
         self.busy_changed.emit(busy)
 
     def _sample_memory(self) -> None:
