@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import atexit
-import os
 import json
+import os
 import shutil
 import tempfile
 from pathlib import Path

@@ -58,8 +58,8 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--target", str(tiny_target), "--draft",
                         str(tiny_draft), "--quick", "--repeats", "1", "--categories", "editing,prose",
-                        "--json", str(out), "--markdown", str(md), "--plot", str(tmp_path / "bench.png")], cwd=ROOT, capture_output=True, text=True,
-                       timeout=600, env=env)
+                        "--json", str(out), "--markdown", str(md), "--plot", str(tmp_path / "bench.png")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     data = json.loads(out.read_text())
     methods = {row["method"] for row in data["rows"]}

@@ -26,14 +26,13 @@ from specdesk.qt.cards import MetricCards
 from specdesk.qt.chat import ChatView, Footer, Span, WordBuffer
 from specdesk.qt.controls import ControlsPanel
 from specdesk.qt.meminfo import read_memory
-from specdesk.qt.plots import PlotsPanel
+from specdesk.qt.plots import BUSY_REFRESH_MS, PlotsPanel
 from specdesk.qt.series import StepSeries
 from specdesk.qt.worker import EngineInfo, EngineWorker, GenerateRequest, LoadRequest
 
 log = logging.getLogger(__name__)
 
 MEMORY_MS = 500
-CARDS_MS = 250  # the figures above the plots refresh at 4 Hz while decoding (the final ones at the end)
 DEMO_PAIR = LoadRequest("demo-target", "demo-draft", "model")
 
 
@@ -417,7 +416,7 @@ class MainWindow(QMainWindow):
             self.chat.append_spans(spans)
             self.plots.add_step(ev)
             now = time.monotonic()
-            if now - self._cards_shown >= CARDS_MS / 1000:  # at the plots' pace: repainting costs decoding time
+            if now - self._cards_shown >= BUSY_REFRESH_MS / 1000:  # at the plots' pace: repainting costs decoding
                 self._cards_shown = now
                 s = self.plots.steps
                 self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length,

@@ -21,6 +21,7 @@ BUSY_REFRESH_MS = 250  # 4 Hz while the engine decodes: still live, and it leave
 GIB = 1024**3
 
 PLOT_NAMES = ("tokens_per_second", "acceptance", "accepted_histogram", "memory")
+PARTS = frozenset({"steps", "baseline", "memory"})  # what can be redrawn on its own
 
 
 def _legend(title: str, *items: tuple[str, str, str]) -> str:
@@ -78,7 +79,7 @@ class PlotsPanel(QWidget):
         self.steps = StepSeries()
         self.baseline: StepSeries | None = None  # the plain-decoding run of "Compare"
         self.memory = MemorySeries()
-        self._dirty: set[str] = {"steps", "baseline", "memory"}
+        self._dirty: set[str] = set(PARTS)
         self._hist_shape: tuple[int, int] | None = None
         grid = QGridLayout(self)
         grid.setContentsMargins(0, 0, 0, 0)
@@ -158,7 +159,7 @@ class PlotsPanel(QWidget):
 
     def refresh(self, parts=None) -> None:
         """Push the buffers into the plot items: all of them, or only ``parts`` ("steps", "baseline", "memory")."""
-        parts = {"steps", "baseline", "memory"} if parts is None else set(parts)
+        parts = PARTS if parts is None else set(parts)
         self._dirty = set()
         s = self.steps
         if "steps" in parts:
@@ -203,13 +204,13 @@ class PlotsPanel(QWidget):
         plain = [("┅", theme.PLAIN, "plain decoding")] if self.baseline is not None else []
         c = self.cards
         _set_text(c["tokens_per_second"].title, _legend("Tokens / s", ("━", theme.TPS, "rolling"),
-                                                     ("┅", theme.ACC_CUMULATIVE, "average"), *plain))
+                                                        ("┅", theme.ACC_CUMULATIVE, "average"), *plain))
         _set_text(c["acceptance"].title, _legend("Acceptance rate", ("━", theme.ACC_ROLLING, "rolling"),
-                                              ("┅", theme.ACC_CUMULATIVE, "cumulative")))
+                                                 ("┅", theme.ACC_CUMULATIVE, "cumulative")))
         _set_text(c["accepted_histogram"].title, _legend("Accepted draft tokens per step",
-                                                      ("█", theme.HIST, f"{self.steps.steps} steps")))
+                                                         ("█", theme.HIST, f"{self.steps.steps} steps")))
         _set_text(c["memory"].title, _legend("Memory", ("█", theme.MEM_PROCESS, self.memory.used_label),
-                                          ("━", theme.MEM_FREE, self.memory.free_label + " (right axis)")))
+                                             ("━", theme.MEM_FREE, self.memory.free_label + " (right axis)")))
 
     def _sync_free_view(self) -> None:
         item = self.mem_plot.getPlotItem()
