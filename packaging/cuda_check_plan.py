@@ -80,7 +80,6 @@ def run_check(args: argparse.Namespace) -> dict:
     import torch
 
     import specdesk
-    from specdesk.core.kvcache import cache_nbytes
     from specdesk.core.plan import analyze, kv_cache_bytes, measure_weight_bytes, plan
     from specdesk.hw.memory import memory_budget, peak_memory_bytes
 
@@ -109,9 +108,10 @@ def run_check(args: argparse.Namespace) -> dict:
         torch.cuda.synchronize()
     runner = engine._runner  # the target's side of the loop: its cache is what the plan's KV row predicts
     t_a = analyze(args.target)
-    rows = [("target weights", p.target.weight_bytes, measure_weight_bytes(engine.target.model), True),
+    rows = [("target weights (without lean-path copies)", p.target.weight_bytes - _lean(p.target),
+             measure_weight_bytes(engine.target.model), True),
             ("target KV at the length reached", kv_cache_bytes(t_a, runner.cache_len, p.dtype),
-             cache_nbytes(runner.cache), True)]
+             runner.kv_bytes(), True)]
     if p.draft is not None and engine.draft is not None:
         w = measure_weight_bytes(engine.draft.model)
         rows.append(("draft weights (without lean-path copies)", p.draft.weight_bytes - _lean(p.draft), w, True))
@@ -136,7 +136,7 @@ def run_check(args: argparse.Namespace) -> dict:
 
 
 def _lean(model_plan) -> int:
-    return sum(r.bytes for r in model_plan.rows if r.label.startswith("lean draft path"))
+    return sum(r.bytes for r in model_plan.rows if r.label.startswith("lean path"))
 
 
 def print_report(r: dict) -> None:

@@ -82,3 +82,46 @@ def test_lean_draft_matches_transformers_logits(tiny_draft):
         assert torch.allclose(got, ref[j], atol=1e-4)
     dec.crop(len(ids) - 1)  # roll back one position and recompute it
     assert torch.allclose(dec.forward(torch.tensor([ids[-1]])), ref[-1], atol=1e-4)
+
+
+@pytest.mark.parametrize("quant", ["none", "nf4", "int8"])
+def test_lean_target_matches_transformers_logits_at_every_position(tiny_target, quant):
+    """The target's lean forward against transformers' with the same calls: prefill, verify 5, reject 2, verify them again.
+
+    Plain weights or bitsandbytes modules. Same calls, because LLM.int8 picks its outlier columns over the
+    rows of one call: its numbers depend on which positions are computed together, on any path.
+    """
+    from specdesk.core.loading import load_model
+    from specdesk.core.target import TargetRunner
+
+    m = load_model(str(tiny_target), quant=quant, device="cpu")
+    ids = m.tokenizer(PROMPTS[1])["input_ids"]
+    lean, ref = TargetRunner(m.model, m.vocab), TargetRunner(m.model, m.vocab, lean=False)
+    assert lean.uses_lean_path and not ref.uses_lean_path
+    outs = []
+    for runner in (lean, ref):
+        runner.prefill(ids[:-5], capacity=256)
+        first = runner.verify(torch.tensor(ids[-5:]))  # (5, V)
+        runner.rollback(2)
+        outs.append((first, runner.verify(torch.tensor(ids[-2:]))))
+    assert lean._decoder.fused == (quant == "none")  # bitsandbytes layers run as modules, never copied
+    for got, want in zip(outs[0], outs[1]):
+        assert got.shape == want.shape and torch.allclose(got, want, atol=1e-4)
+    if quant == "none":  # and a whole-sequence forward agrees too
+        with torch.inference_mode():
+            whole = m.model(input_ids=torch.tensor([ids])).logits[0, :, : m.vocab]  # (T, V)
+        assert torch.allclose(outs[0][0], whole[-5:], atol=1e-4)
+
+
+def test_transformers_target_path_keeps_parity(tiny_target, tiny_draft, references):
+    """With the lean target path off, the target runs through transformers and our preallocated cache."""
+    engine = specdesk.load(str(tiny_target), str(tiny_draft), device="cpu", lean_target=False)
+    assert engine.describe()["lean_target"] is False
+    for prompt in PROMPTS:
+        for drafter, k in (("model", 4), ("ngram", 2), ("none", 1)):
+            got = engine.generate(prompt, max_new_tokens=N_NEW, k=k, drafter=drafter)
+            assert got.token_ids == references[prompt][: len(got.token_ids)], (drafter, k, prompt)
+
+
+def test_engine_runs_the_target_on_the_lean_path(tiny_engine):
+    assert tiny_engine.describe()["lean_target"] is True and tiny_engine.describe()["lean_draft"] is True

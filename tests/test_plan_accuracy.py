@@ -15,6 +15,7 @@ import logging
 import pytest
 import torch
 
+import specdesk
 from specdesk.core.plan import QuantSpec, analyze, capacity, kv_cache_bytes, measure_weight_bytes, weight_bytes
 
 QUANTS = [("none", False, torch.float32), ("none", False, torch.float16), ("int8", False, torch.float32),
@@ -94,16 +95,27 @@ def test_target_kv_equals_the_cache_after_a_generation(tiny_engine, tiny_target)
     a = analyze(tiny_target)
     result = tiny_engine.generate("def fibonacci(n):\n", max_new_tokens=24, k=3)
     runner = tiny_engine._runner
-    from specdesk.core.kvcache import cache_nbytes
-
+    assert runner.uses_lean_path
     filled = runner.cache_len
     assert filled >= len(result.token_ids)  # prompt + generated - rolled back drafts
-    assert kv_cache_bytes(a, filled, "float32") == cache_nbytes(runner.cache)
+    assert kv_cache_bytes(a, filled, "float32") == runner.kv_bytes()
     # The preallocated buffers: capacity = prompt + max_new_tokens + k + 2 positions, what the plan reserves.
     prompt_len = result.stats.prompt_tokens
-    buffers = sum(t.numel() * t.element_size() for layer in runner.cache.layers
-                  for t in (layer.key_buf, layer.value_buf))
-    assert buffers == kv_cache_bytes(a, capacity(prompt_len + 24, 3), "float32")
+    assert runner.kv_reserved_bytes() == kv_cache_bytes(a, capacity(prompt_len + 24, 3), "float32")
+
+
+def test_target_kv_on_the_transformers_path(tiny_target):
+    """The same accounting when the target runs through transformers (lean path off) with our preallocated cache."""
+    from specdesk.core.kvcache import cache_nbytes
+
+    a = analyze(tiny_target)
+    engine = specdesk.load(str(tiny_target), drafter="ngram", device="cpu", lean_target=False)
+    result = engine.generate("def fibonacci(n):\n", max_new_tokens=24, k=3)
+    runner = engine._runner
+    assert not runner.uses_lean_path and runner.lean_reason == "disabled"
+    assert kv_cache_bytes(a, runner.cache_len, "float32") == cache_nbytes(runner.cache) == runner.kv_bytes()
+    prompt_len = result.stats.prompt_tokens
+    assert runner.kv_reserved_bytes() == kv_cache_bytes(a, capacity(prompt_len + 24, 3), "float32")
 
 
 def test_draft_kv_equals_a_dynamic_cache_and_the_lean_buffers(tiny_draft):

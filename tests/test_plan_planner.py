@@ -35,7 +35,7 @@ def private_history(tmp_path, monkeypatch):
 
 
 def test_engine_constants_match_the_planner():
-    """The planner models the engine's prefill chunks, k cap, capacity rule and lean-draft fusing limit."""
+    """The planner models the engine's prefill chunks, k cap, capacity rule and lean-path fusing limit."""
     from specdesk.core import drafters, fastdraft, settings, target
     from specdesk.core.plan import memory, planner
 
@@ -54,9 +54,9 @@ def test_8b_with_1b_draft_on_a_24gib_gpu(llama_pair):
     assert p.dtype == "bfloat16" and p.target.params == 8_030_261_248 and p.draft.params == 1_235_814_400
     assert p.target.weight_bytes == 8_030_261_248 * 2 and p.draft.weight_bytes == 1_235_814_400 * 2
     cap = 8192 + 4 + 2
-    assert p.target.kv_bytes == 32 * 2 * 8 * 128 * 2 * cap  # GQA: 8 KV heads of 128, bf16, K and V
-    lean_rotary_tables = 2 * cap * 64 * 2  # the lean draft path's cos/sin tables (fastdraft.LeanDecoder)
-    assert p.draft.kv_bytes == 16 * 2 * 8 * 64 * 2 * cap + lean_rotary_tables
+    # GQA: 8 KV heads of 128, bf16, K and V; + the lean path's cos/sin tables (fastdraft.LeanDecoder)
+    assert p.target.kv_bytes == 32 * 2 * 8 * 128 * 2 * cap + 2 * cap * 128 * 2
+    assert p.draft.kv_bytes == 16 * 2 * 8 * 64 * 2 * cap + 2 * cap * 64 * 2
     assert p.fits and 0 < p.headroom_bytes < 6 * GiB
     # The total is the sum of its parts (what the GUI's stacked bar shows).
     parts = (p.target.weight_bytes + p.target.kv_bytes + p.draft.weight_bytes + p.draft.kv_bytes
@@ -161,7 +161,9 @@ def test_demo_pair_on_the_cpu_with_discovery():
     assert p.drafter == "model" and p.draft.name == "demo-draft" and p.dtype == "float32"
     assert p.context == 2048 and p.max_context == 2048 and "maximum" in p.max_context_reason
     a = analyze("demo-target")
-    assert p.target.kv_bytes == kv_cache_bytes(a, 2048 + 4 + 2, "float32")
+    lean_rotary_tables = 2 * (2048 + 4 + 2) * 64 * 4  # the target runs on fastdraft.LeanDecoder
+    assert p.target.kv_bytes == kv_cache_bytes(a, 2048 + 4 + 2, "float32") + lean_rotary_tables
+    assert any(r.label.startswith("lean path: fused") for r in p.target.rows)  # 42 MB target: fused copies
     assert any(r.drafter == "model" and r.draft == "demo-draft" for r in p.recommendations)
     assert [row.label for row in p.overhead_rows][0].startswith("runtime")
     json.dumps(p.to_dict())  # plain values only

@@ -26,7 +26,7 @@ from specdesk.core.target import TargetRunner
 
 class Engine:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, drafter: str = "model",
-                 ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True) -> None:
+                 ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True) -> None:
         if drafter not in DRAFTERS:
             raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
         if drafter == "model" and draft is None:
@@ -38,7 +38,7 @@ class Engine:
         self.drafter = drafter
         self.ngram = (ngram_max, ngram_min)
         self.compatibility: Compatibility | None = None
-        self._runner = TargetRunner(target.model, target.vocab)
+        self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
         self._adaptive: dict[str, AdaptiveK] = {}
         if draft is not None:
@@ -163,13 +163,15 @@ class Engine:
         return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft else None,
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
-                "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None}
+                "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None,
+                "lean_target": self._runner.uses_lean_path}
 
 
 def load(target: str = "demo-target", draft: str | None = None, *, drafter: str | None = None,
          target_quant: str = "none", draft_quant: str = "none", double_quant: bool = False,
          dtype: str = "auto", device: str = "auto", ngram_max: int = 4, ngram_min: int = 2,
-         lean_draft: bool = True, progress: Callable[[str], None] | None = None) -> Engine:
+         lean_draft: bool = True, lean_target: bool = True,
+         progress: Callable[[str], None] | None = None) -> Engine:
     """Load a target and a drafter.
 
     drafter: "model" (needs ``draft``), "ngram" (prompt lookup) or "none" (plain decoding). Left out, it is
@@ -185,4 +187,5 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         say(f"loading draft {draft}")
         d = load_model(draft, draft_quant, double_quant, dtype, t.device)
     say("checking compatibility")
-    return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft)
+    return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft,
+                  lean_target=lean_target)

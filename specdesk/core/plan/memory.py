@@ -4,8 +4,9 @@ Pure arithmetic over a :class:`~specdesk.core.plan.params.ModelAnalysis`, cheap 
 every setting the planner tries. What each part models, and where it comes from in our engine:
 
 - weights: quantized linear layers at bitsandbytes' storage (``quant.linear_weight_bytes``); the rest
-  (embeddings, lm_head, norms, biases) in the compute dtype. A draft that runs on the lean CPU/GPU path
-  (``fastdraft.LeanDecoder``) also holds fused copies of its q/k/v and gate/up weights.
+  (embeddings, lm_head, norms, biases) in the compute dtype. A small unquantized model on the lean
+  path (``fastdraft.LeanDecoder``, target and draft alike) also holds fused copies of its q/k/v and
+  gate/up weights, and any model on it holds rotary tables beside its KV cache.
 - KV cache: ``kvcache.new_cache`` preallocates, per full-attention layer, keys and values of shape
   (1, kv_heads, capacity, head_dim) in the compute dtype, capacity = prompt + max new tokens + k + 2
   (``decode.decode``); sliding-window layers keep at most ``window - 1`` positions (transformers'
@@ -63,26 +64,29 @@ DEFAULT_OVERHEADS = Overheads()
 class WeightBytes:
     quantized: int  # the linear layers bitsandbytes converts (at 16/32 bits when unquantized)
     kept: int  # embeddings, lm_head, norms, biases: the compute dtype
-    lean_copies: int = 0  # fused q/k/v, gate/up copies of a lean-path draft
+    lean_copies: int = 0  # fused q/k/v, gate/up copies of a small model on the lean path
 
     @property
     def total(self) -> int:
         return self.quantized + self.kept + self.lean_copies
 
 
-def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, as_draft: bool = False) -> WeightBytes:
-    """Weights of ``a`` loaded with ``spec`` in ``dtype`` (bytes, after bitsandbytes, as held in memory)."""
+def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = False) -> WeightBytes:
+    """Weights of ``a`` loaded with ``spec`` in ``dtype`` (bytes, after bitsandbytes, as held in memory).
+
+    lean: include the copies the lean decoder makes while generating (``a`` alone, as loaded, has none).
+    """
     b = dtype_bytes(dtype)
     if a.prequantized:
         if a.stored_bytes is None:
             raise ValueError("a pre-quantized checkpoint is planned from its weights files")
         return WeightBytes(a.stored_bytes, 0)
     quantized = sum(linear_weight_bytes(lin.numel, lin.out_features, spec, b) for lin in a.linears)
-    lean = 0
-    fuses = a.uses_lean_draft_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
-    if as_draft and spec.method == "none" and fuses:
-        lean = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
-    return WeightBytes(quantized, a.kept_params * b, lean)
+    copies = 0
+    fuses = a.uses_lean_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
+    if lean and spec.method == "none" and fuses:
+        copies = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
+    return WeightBytes(quantized, a.kept_params * b, copies)
 
 
 def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:

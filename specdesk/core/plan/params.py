@@ -76,7 +76,7 @@ class ModelAnalysis:
     max_positions: int | None
     stored_dtype: str | None
     tied_embeddings: bool
-    lean_fused_params: int = 0  # weights fastdraft.LeanDecoder copies when this model drafts unquantized
+    lean_fused_params: int = 0  # weights fastdraft.LeanDecoder copies when this model runs on it unquantized
     lean_layer_params: int = 0  # parameters of the decoder layers (its fusing limit is on their bytes)
     prequantized: str | None = None  # quant_method of an already-quantized checkpoint
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
@@ -96,7 +96,7 @@ class ModelAnalysis:
         return max(self.linears, key=lambda lin: lin.numel, default=None)
 
     @property
-    def uses_lean_draft_path(self) -> bool:
+    def uses_lean_path(self) -> bool:
         return self.lean_fused_params > 0
 
 

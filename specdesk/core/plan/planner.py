@@ -202,19 +202,21 @@ class _Config:
     overheads: Overheads
 
     def __post_init__(self) -> None:
-        self.t_weights = weight_bytes(self.target, self.target_quant, self.dtype)
-        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, as_draft=True)
+        self.t_weights = weight_bytes(self.target, self.target_quant, self.dtype, lean=True)
+        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, lean=True)
                           if self.draft else WeightBytes(0, 0))
         self.cuda = self.device.startswith("cuda")
         self.verify_k = self.k if self.drafting else 0
         self.t_logits = logits_bytes(self.target, self.verify_k, self.dtype)
         self.d_logits = logits_bytes(self.draft, self.k, self.dtype, as_draft=True) if self.draft else 0
-        self.d_lean = (self.draft is not None and self.draft_quant.method == "none"
-                       and self.draft.uses_lean_draft_path)
+        self.t_lean = self.target.uses_lean_path  # fastdraft.LeanDecoder runs it (target.TargetRunner)
+        self.d_lean = self.draft is not None and self.draft.uses_lean_path
 
     def parts(self, context: int) -> dict:
         cap = capacity(context, self.k)
         t_kv = kv_cache_bytes(self.target, cap, self.dtype)
+        if self.t_lean:
+            t_kv += lean_table_bytes(self.target, cap, self.dtype)
         d_kv = kv_cache_bytes(self.draft, cap, self.dtype) if self.draft else 0
         if self.d_lean:
             d_kv += lean_table_bytes(self.draft, cap, self.dtype)
@@ -266,11 +268,11 @@ def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: Wei
         rows = [Row(f"weights: {len(a.linears)} linear layers in {what}", w.quantized),
                 Row(f"weights kept in {dtype}: embeddings, lm_head, norms, biases", w.kept)]
     if w.lean_copies:
-        rows.append(Row("lean draft path: fused q/k/v and gate/up copies", w.lean_copies))
+        rows.append(Row("lean path: fused q/k/v and gate/up copies", w.lean_copies))
     kv_what = f"{len(a.kv.layers)} layers x {a.kv.kv_heads} KV heads x {a.kv.head_dim}"
     if a.kv.sliding:
         kv_what += ", sliding-window layers capped"
-    if role == "draft" and lean:
+    if lean:
         kv_what += "; + the lean path's rotary tables"
     rows.append(Row(f"KV cache: {cap} positions ({kv_what})", kv))
     if role == "target":
@@ -370,7 +372,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads)
     parts = cfg.parts(context)
     t_plan = _model_plan("target", t_a, t_spec, pdtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
-                         cfg.t_logits, parts["t_act"], cfg.verify_k)
+                         cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean)
     d_plan = None
     if d_a is not None:
         d_plan = _model_plan("draft", d_a, d_spec, pdtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
