@@ -107,7 +107,6 @@ def main() -> int:
     import torch
 
     from specdesk.core.engine import Engine
-    from specdesk.core.kvcache import new_cache
     from specdesk.core.loading import load_tokenizer, bundled_models_dir
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -125,22 +124,23 @@ def main() -> int:
                     loaded(draft, tok, "llama-3.2-1b-shaped (random)", "none", args.device), "model")
     out: dict = {"device": torch.cuda.get_device_name() if cuda else "cpu", "target_quant": quant,
                  "target_weight_bytes": engine.target.weight_bytes, "draft_weight_bytes": engine.draft.weight_bytes,
-                 "lean_draft": engine.describe()["lean_draft"], "context": args.context}
+                 "lean_draft": engine.describe()["lean_draft"],
+                 "lean_target": engine.describe()["lean_target"], "context": args.context}
 
-    # verify cost for m new positions after a context of args.context tokens
+    # verify cost for m new positions after a context of args.context tokens, through the engine's target
+    # runner (its lean path when the architecture allows, as in decoding)
     ctx = torch.randint(0, 4000, (1, args.context), device=args.device)
-    cache = new_cache(target.config, args.context + 16)
-    with torch.inference_mode():
-        target(input_ids=ctx, cache=cache, use_cache=True, logits_to_keep=1)
-        verify = {}
-        for m in range(1, 10):
-            x = torch.randint(0, 4000, (1, m), device=args.device)
+    runner = engine._runner
+    runner.prefill(ctx[0].tolist(), args.context + 16)
+    verify = {}
+    for m in range(1, 10):
+        x = torch.randint(0, 4000, (m,), device=args.device)
 
-            def step():
-                target(input_ids=x, cache=cache, use_cache=True)
-                cache.crop(-m)
+        def step():
+            runner.verify(x)
+            runner.rollback(m)
 
-            verify[m] = timed(step, sync, 10)
+        verify[m] = timed(step, sync, 10)
     out["verify_seconds_by_positions"] = verify
     # draft cost per token through the engine's drafter (lean path when the architecture allows)
     drafter = engine._model_drafter

@@ -48,7 +48,8 @@ def main() -> int:
                            device=args.device)
     model = engine.target.model
     report: dict = {"device": engine.device, "target": engine.target.describe(), "draft": engine.draft.describe(),
-                    "lean_draft": engine.describe()["lean_draft"], "parity": [], "speed": {}}
+                    "lean_draft": engine.describe()["lean_draft"], "lean_target": engine.describe()["lean_target"],
+                    "parity": [], "speed": {}}
     if engine.device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name()
     ok = True

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     runs = run_suite(engine, prompts, methods, cfg["temps"], cfg["repeats"], max_new, progress=say)
     seconds = time.perf_counter() - t0
     rows = analyse(runs)
-    goal_list = goals(rows)
+    goal_list = goals(rows, runs)
     versions = library_versions()
     meta = {"target": engine.target.name, "draft": engine.draft.name if engine.draft else None,
             "device": engine.device, "cpu_threads": torch.get_num_threads(), "torch": versions["torch"],

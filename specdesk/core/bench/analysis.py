@@ -118,8 +118,46 @@ class Goal:
         return asdict(self)
 
 
-def goals(rows: list[Row]) -> list[Goal]:
-    """The issue's four goals, evaluated on greedy rows."""
+def held_out_best_k(runs: list[Run], temperature: float = 0.0) -> dict[str, float]:
+    """Adaptive k against the fixed k a user would have picked in advance, per category.
+
+    "Best fixed k" as the maximum of eight measured medians is biased upward (the winner's curse: with
+    +-5% noise the luckiest k wins). Here, for each repeat, k* is the fixed k with the best median
+    speed-up over the *other* repeats, and adaptive k is compared with k* on the held-out repeat, prompt
+    by prompt. Returns the median of those ratios per category (needs two repeats or more).
+    """
+    plain = {(r.category, r.prompt, r.repeat): r for r in runs
+             if r.method == PLAIN and r.temperature == temperature}
+    by: dict[tuple, Run] = {}
+    for r in runs:
+        if r.temperature == temperature and r.kind == "specdesk" and r.method.startswith("draft k="):
+            by[(r.category, r.method, r.prompt, r.repeat)] = r
+    out = {}
+    for cat in sorted({key[0] for key in by}):
+        repeats = sorted({key[3] for key in by if key[0] == cat})
+        fixed = sorted({key[1] for key in by if key[0] == cat and key[1] != "draft k=auto"})
+        if len(repeats) < 2 or not fixed:
+            continue
+        ratios = []
+        for held in repeats:
+            def score(method: str) -> float:
+                xs = [r.decode_tps / p.decode_tps for (c, m, prompt, rep), r in by.items()
+                      if c == cat and m == method and rep != held
+                      and (p := plain.get((c, prompt, rep))) is not None and p.decode_tps]
+                return statistics.median(xs) if xs else 0.0
+            best = max(fixed, key=score)
+            for (c, m, prompt, rep), auto in by.items():
+                if c == cat and m == "draft k=auto" and rep == held:
+                    ref = by.get((cat, best, prompt, held))
+                    if ref is not None and ref.decode_tps:
+                        ratios.append(auto.decode_tps / ref.decode_tps)
+        if ratios:
+            out[cat] = statistics.median(ratios)
+    return out
+
+
+def goals(rows: list[Row], runs: list[Run] | None = None) -> list[Goal]:
+    """The issue's four goals, evaluated on greedy rows (``runs`` adds the held-out best-k comparison)."""
     greedy = [r for r in rows if r.temperature == 0.0]
     out = []
     eff = [r.efficiency for r in greedy if r.efficiency is not None]
@@ -156,8 +194,13 @@ def goals(rows: list[Row]) -> list[Goal]:
         worst_gap = gap if worst_gap is None else min(worst_gap, gap)
         worst_plain = auto.speedup if worst_plain is None else min(worst_plain, auto.speedup)
     if worst_gap is not None:
+        measured = f"worst {worst_gap:.2f}"
+        held = held_out_best_k(runs) if runs else {}
+        if held:
+            cat, ratio = min(held.items(), key=lambda kv: kv[1])
+            measured += f" (against the k picked on the other repeats: worst {ratio:.2f}, {cat})"
         out.append(Goal("adaptive k vs best fixed k (every category)", ">= 0.95 of best",
-                        f"worst {worst_gap:.2f}", worst_gap >= 0.95))
+                        measured, worst_gap >= 0.95))
         out.append(Goal("adaptive k vs plain decoding (every category)", ">= 0.97x plain",
                         f"worst {worst_plain:.2f}x", worst_plain >= 0.97))
     return out
