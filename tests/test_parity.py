@@ -104,7 +104,7 @@ def test_lean_target_matches_transformers_logits_at_every_position(tiny_target, 
         first = runner.verify(torch.tensor(ids[-5:]))  # (5, V)
         runner.rollback(2)
         outs.append((first, runner.verify(torch.tensor(ids[-2:]))))
-    assert lean._decoder.fused == (quant == "none")  # bitsandbytes layers run as modules, never copied
+    assert lean.seq.decoder.fused == (quant == "none")  # bitsandbytes layers run as modules, never copied
     for got, want in zip(outs[0], outs[1]):
         assert got.shape == want.shape and torch.allclose(got, want, atol=1e-4)
     if quant == "none":  # and a whole-sequence forward agrees too

@@ -113,7 +113,7 @@ def test_target_kv_on_the_transformers_path(tiny_target):
     result = engine.generate("def fibonacci(n):\n", max_new_tokens=24, k=3)
     runner = engine._runner
     assert not runner.uses_lean_path and runner.lean_reason == "disabled"
-    assert kv_cache_bytes(a, runner.cache_len, "float32") == cache_nbytes(runner.cache) == runner.kv_bytes()
+    assert kv_cache_bytes(a, runner.cache_len, "float32") == cache_nbytes(runner.seq.cache) == runner.kv_bytes()
     prompt_len = result.stats.prompt_tokens
     assert runner.kv_reserved_bytes() == kv_cache_bytes(a, capacity(prompt_len + 24, 3), "float32")
 

@@ -36,10 +36,10 @@ def private_history(tmp_path, monkeypatch):
 
 def test_engine_constants_match_the_planner():
     """The planner models the engine's prefill chunks, k cap, capacity rule and lean-path fusing limit."""
-    from specdesk.core import drafters, fastdraft, settings, target
+    from specdesk.core import fastdraft, sequence, settings
     from specdesk.core.plan import memory, planner
 
-    assert memory.PREFILL_CHUNK == target.PREFILL_CHUNK == drafters.PREFILL_CHUNK
+    assert memory.PREFILL_CHUNK == sequence.PREFILL_CHUNK
     assert planner.MAX_K == settings.MAX_K
     assert memory.LEAN_FUSE_LIMIT_BYTES == fastdraft.FUSE_LIMIT_BYTES
     import inspect

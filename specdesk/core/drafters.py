@@ -15,11 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
-from specdesk.core.kvcache import new_cache
 from specdesk.core.sampling import SamplingConfig, process_logits, sample
-
-PREFILL_CHUNK = 512
+from specdesk.core.sequence import ModelSequence
 
 
 @dataclass
@@ -124,41 +121,28 @@ class ModelDrafter(Drafter):
         self.model = model
         self.vocab = vocab
         self.target_vocab = target_vocab
-        self.device = next(model.parameters()).device
-        self.lean_reason = unsupported_reason(model) if lean else "disabled"
-        self._decoder: LeanDecoder | None = None
-        self._cache = None
-        self._fed = 0
+        self.seq = ModelSequence(model, lean)
+        self.device = self.seq.device
+
+    @property
+    def lean_reason(self) -> str | None:
+        return self.seq.lean_reason
 
     @property
     def uses_lean_path(self) -> bool:
-        return self.lean_reason is None
+        return self.seq.uses_lean_path
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:
-        self._fed = 0
-        self._decoder = self._cache = None  # free the last generation's buffers before allocating new ones
-        if self.uses_lean_path:
-            self._decoder = LeanDecoder(self.model, capacity)
-        else:
-            self._cache = new_cache(self.model.config, capacity)
-        for i in range(0, len(prefix_ids), PREFILL_CHUNK):
-            self._forward(torch.tensor(prefix_ids[i:i + PREFILL_CHUNK], device=self.device))
+        self.seq.start(prefix_ids, capacity)
 
-    @torch.inference_mode()
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids: (n,) -> logits (vocab,) of the last position."""
-        self._fed += ids.shape[0]
-        if self._decoder is not None:
-            logits = self._decoder.forward(ids)
-        else:
-            out = self.model(input_ids=ids[None], cache=self._cache, use_cache=True, logits_to_keep=1)
-            logits = out.logits[0, -1]
-        return logits[: self.vocab]
+        return self.seq.feed(ids)[: self.vocab]
 
     def propose(self, ids, k, sampling, generator) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
-        logits = self._forward(torch.tensor(ids[self._fed:], dtype=torch.long, device=self.device))
+        logits = self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
         tokens, probs = [], []
         for i in range(k):
             if sampling.greedy:
@@ -179,10 +163,4 @@ class ModelDrafter(Drafter):
         return Proposal(out, p)
 
     def commit(self, valid_len: int) -> None:
-        if valid_len >= self._fed:
-            return
-        if self._decoder is not None:
-            self._decoder.crop(valid_len)
-        else:
-            self._cache.crop(valid_len - self._fed)
-        self._fed = valid_len
+        self.seq.crop(valid_len)

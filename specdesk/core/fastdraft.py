@@ -187,3 +187,7 @@ class LeanDecoder:
         """Bytes of the filled part of the KV buffers (what a transformers cache would hold)."""
         return sum(L[name][:, :, : self.length].numel() * L[name].element_size()
                    for L in self.layers for name in ("k", "v"))
+
+    def kv_reserved_bytes(self) -> int:
+        """Bytes of the KV buffers, the whole capacity."""
+        return sum(L[name].numel() * L[name].element_size() for L in self.layers for name in ("k", "v"))

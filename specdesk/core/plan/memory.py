@@ -13,8 +13,8 @@ every setting the planner tries. What each part models, and where it comes from 
   ``DynamicSlidingWindowLayer``). GQA: only the KV heads are stored.
 - verify logits: the target scores k + 1 positions over its vocabulary per step; sampling makes float32
   copies (``sampling.process_logits``); the draft keeps k float32 distributions.
-- prefill activations: the prompt goes through in chunks of 512 tokens (``target.PREFILL_CHUNK``) with
-  ``logits_to_keep=1``, so the peak is one chunk's hidden states, q/k/v, attention mask and MLP
+- prefill activations: the prompt goes through in chunks of 512 tokens (``sequence.PREFILL_CHUNK``, target
+  and draft alike) with ``logits_to_keep=1``, so the peak is one chunk's hidden states, q/k/v, attention mask and MLP
   intermediates, plus the weight bitsandbytes dequantizes for a multi-token 4-bit matmul.
 
 The overheads (CUDA context, library workspaces, allocator headroom, CPU runtime) are stated constants
@@ -29,7 +29,7 @@ from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.plan.quant import FP32, QuantSpec, dtype_bytes, linear_weight_bytes
 
 MiB = 2**20
-PREFILL_CHUNK = 512  # = specdesk.core.target.PREFILL_CHUNK and drafters.PREFILL_CHUNK (a test checks)
+PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
 CAPACITY_EXTRA = 2  # decode.decode: capacity = prompt + max new tokens + k + 2
 SAMPLING_COPIES = 3  # process_logits: .float()/temperature, masked top-k/top-p, softmax: live at once
 LEAN_FUSE_LIMIT_BYTES = 512 * MiB  # = fastdraft.FUSE_LIMIT_BYTES (a test checks)

@@ -1,0 +1,75 @@
+"""One model's sequence in the decode loop: prefill, feed tokens, crop rejected positions.
+
+The target (k+1 positions per verify) and a draft model (one token at a time) both keep a KV cache
+across steps and roll it back past the first rejected draft. Where fastdraft.LeanDecoder can run the
+model it does (a preallocated buffer, far less per-call overhead); else transformers' forward runs with
+kvcache.new_cache (preallocated too, O(1) crop). :attr:`ModelSequence.lean_reason` says which and why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
+from specdesk.core.kvcache import cache_nbytes, new_cache
+
+PREFILL_CHUNK = 512
+
+
+class ModelSequence:
+    def __init__(self, model, lean: bool = True) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.lean_reason = unsupported_reason(model) if lean else "disabled"
+        self.decoder: LeanDecoder | None = None
+        self.cache = None
+
+    @property
+    def uses_lean_path(self) -> bool:
+        return self.lean_reason is None
+
+    def start(self, ids: list[int], capacity: int) -> None:
+        """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
+        self.decoder = self.cache = None  # free the last sequence's buffers before allocating new ones
+        if self.uses_lean_path:
+            self.decoder = LeanDecoder(self.model, capacity)
+        else:
+            self.cache = new_cache(self.model.config, capacity)
+        for i in range(0, len(ids), PREFILL_CHUNK):
+            self.feed(torch.tensor(ids[i:i + PREFILL_CHUNK], device=self.device))
+
+    @torch.inference_mode()
+    def feed(self, ids: torch.Tensor, every: bool = False) -> torch.Tensor:
+        """ids: (n,) -> next-token logits of the last position (V,), or of every position (n, V)."""
+        if self.decoder is not None:
+            return self.decoder.forward(ids, every)
+        out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True, logits_to_keep=0 if every else 1)
+        return out.logits[0] if every else out.logits[0, -1]
+
+    @property
+    def length(self) -> int:
+        if self.decoder is not None:
+            return self.decoder.length
+        return self.cache.get_seq_length() if self.cache is not None else 0
+
+    def crop(self, length: int) -> None:
+        """Keep the first ``length`` positions."""
+        if self.decoder is not None:
+            self.decoder.crop(length)
+        elif self.cache is not None and length < self.length:
+            self.cache.crop(length - self.length)
+
+    def kv_bytes(self) -> int:
+        """Bytes of keys and values held for the positions fed so far."""
+        if self.decoder is not None:
+            return self.decoder.kv_bytes()
+        return cache_nbytes(self.cache) if self.cache is not None else 0
+
+    def kv_reserved_bytes(self) -> int:
+        """Bytes of the preallocated key and value buffers (the whole capacity)."""
+        if self.decoder is not None:
+            return self.decoder.kv_reserved_bytes()
+        if self.cache is None:
+            return 0
+        return sum(t.numel() * t.element_size() for layer in self.cache.layers
+                   if getattr(layer, "key_buf", None) is not None for t in (layer.key_buf, layer.value_buf))
