@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import shutil
@@ -101,3 +102,12 @@ PROMPTS = [
     "for i in range(10):\n    print(i)\nfor i in range(10):\n    print(",
     "# A docstring follows\n",
 ]
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_on_the_main_thread():
+    """Collect each test's garbage here, on the main thread: left for later, Qt objects of a GUI test were
+    collected by whichever thread next triggered a collection (a model-loading worker thread), which can crash
+    Qt (one segfault seen in a clean-clone CI run, inside the screenshot test's loader thread)."""
+    yield
+    gc.collect()
