@@ -121,3 +121,44 @@ def test_bench_rejects_bad_options():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown category" in r.stderr
     assert goals([]) == []  # no rows: no goals, no crash
+
+
+def test_transformers_drafts_exactly_k_tokens(tiny_engine, monkeypatch):
+    """transformers reads the draft length from the assistant's generation config and ignores generate's
+    arguments; the bench must set it there, or every "hf-assisted k=N" runs transformers' default rule."""
+    from transformers.generation import candidate_generator as cg
+
+    from specdesk.core.bench.runner import Method, run_hf
+
+    lengths: list[int] = []
+    original = cg.AssistedCandidateGenerator.get_candidates
+
+    def recording(self, input_ids, **kw):
+        ids, logits = original(self, input_ids, **kw)
+        lengths.append(ids.shape[1] - input_ids.shape[1])
+        return ids, logits
+
+    monkeypatch.setattr(cg.AssistedCandidateGenerator, "get_candidates", recording)
+    cfg = tiny_engine.draft.model.generation_config
+    before = (cfg.num_assistant_tokens, cfg.assistant_confidence_threshold)
+    ids = tiny_engine.encode("def add(a, b):\n    return")
+    for k in (1, 3):
+        lengths.clear()
+        run = run_hf(tiny_engine, Method(f"hf-assisted k={k}", "hf-assisted", "model", k), ids, 0.0, 24, 0)
+        assert run.new_tokens == 24
+        # k every step, whatever the draft's confidence (its threshold is off); only the token budget cuts it
+        assert lengths and max(lengths) == k and all(n == k for n in lengths[:-k])
+    assert (cfg.num_assistant_tokens, cfg.assistant_confidence_threshold) == before  # restored after each call
+
+
+def test_adaptive_k_against_transformers_defaults_is_reported():
+    from specdesk.core.bench.analysis import against_defaults
+    from specdesk.core.bench.report import markdown
+
+    rows = [_row("draft k=auto", k="auto", steady=90.0), _row("hf-assisted default", "hf-assisted", "default",
+                                                              steady=60.0),
+            _row("hf-assisted k=4", "hf-assisted", "4", steady=30.0)]  # fixed-k rows are not the default
+    line = against_defaults(rows)
+    assert line is not None and "median 1.50x, min 1.50x (editing)" in line
+    assert against_defaults(rows[1:]) is None  # no adaptive row: nothing to compare
+    assert f"- {line}" in markdown(rows, [], {"also": [line]})

@@ -11,9 +11,10 @@ from pathlib import Path
 from specdesk.commands.common import add_model_args
 from specdesk.core.errors import BadSetting
 
-QUICK = dict(per_category=1, repeats=2, ks=(2, 4), hf_ks=(4,), temps=(0.0, 0.7), max_new=48, long_new=32)
-FULL = dict(per_category=3, repeats=3, ks=(1, 2, 3, 4, 5, 6, 7, 8), hf_ks=(2, 4, 6), temps=(0.0, 0.7),
-            max_new=96, long_new=64)
+QUICK = dict(per_category=1, repeats=2, ks=(2, 4), hf_ks=(4,), hf_default=False, temps=(0.0, 0.7), max_new=48,
+             long_new=32)
+FULL = dict(per_category=3, repeats=3, ks=(1, 2, 3, 4, 5, 6, 7, 8), hf_ks=(2, 4, 6), hf_default=True,
+            temps=(0.0, 0.7), max_new=96, long_new=64)
 
 
 def add_parser(sub) -> None:
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specdesk.commands.common import load_engine
-    from specdesk.core.bench.analysis import analyse, goals
+    from specdesk.core.bench.analysis import against_defaults, analyse, goals
     from specdesk.core.bench.report import markdown, to_json
     from specdesk.core.bench.runner import default_methods, run_suite
     from specdesk.core.bench.suite import CATEGORIES, build_suite
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     has_draft = engine.draft is not None
     prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer) if p.category in cats]
     hf_ks = tuple(k for k in cfg["hf_ks"] if k in cfg["ks"]) or cfg["ks"][-1:]
-    methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf)
+    methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
+                              hf_default=cfg["hf_default"])
     max_new = {c: cfg["max_new"] for c in CATEGORIES}
     max_new["long_context"] = cfg["long_new"]
     say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
             "device": engine.device, "cpu_threads": torch.get_num_threads(), "torch": versions["torch"],
             "transformers": versions["transformers"], "mode": "quick" if args.quick else "full",
             "repeats": cfg["repeats"], "max_new_tokens": max_new, "seconds": seconds,
-            "methods": [m.name for m in methods], "prompts": [f"{p.category}:{p.name}" for p in prompts]}
+            "methods": [m.name for m in methods], "prompts": [f"{p.category}:{p.name}" for p in prompts],
+            "also": [line for line in (against_defaults(rows),) if line]}
     md = markdown(rows, goal_list, meta)
     print(md)
     if args.markdown:

@@ -204,3 +204,20 @@ def goals(rows: list[Row], runs: list[Run] | None = None) -> list[Goal]:
         out.append(Goal("adaptive k vs plain decoding (every category)", ">= 0.97x plain",
                         f"worst {worst_plain:.2f}x", worst_plain >= 0.97))
     return out
+
+
+def against_defaults(rows: list[Row]) -> str | None:
+    """Each tool as it comes: specdesk's adaptive k against transformers' default assisted generation
+    (up to 20 draft tokens, cut where the draft's confidence falls under 0.4), after the first step, greedy."""
+    greedy = [r for r in rows if r.temperature == 0.0]
+    ratios = {}
+    for r in greedy:
+        if r.kind == "hf-assisted" and r.k == "default" and r.steady_tokens_per_s:
+            ours = next((o for o in greedy if o.category == r.category and o.method == "draft k=auto"), None)
+            if ours and ours.steady_tokens_per_s:
+                ratios[r.category] = ours.steady_tokens_per_s / r.steady_tokens_per_s
+    if not ratios:
+        return None
+    cat, low = min(ratios.items(), key=lambda kv: kv[1])
+    return (f"specdesk k=auto vs transformers' default assisted generation (after the first step, greedy): "
+            f"median {statistics.median(ratios.values()):.2f}x, min {low:.2f}x ({cat})")

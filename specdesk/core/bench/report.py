@@ -20,7 +20,9 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
                "first step holds both models' prefill). "
                "Speed-up: median of paired ratios to plain decoding of the same prompt and repeat. "
                "Predicted: Leviathan et al.'s E = (1 - a^(k+1)) / (1 - a) with the measured per-token acceptance a, "
-               "draft and verify costs. Identical: greedy outputs token-identical to plain decoding.")
+               "draft and verify costs. Identical: greedy outputs token-identical to plain decoding. "
+               "hf-assisted k=N: transformers drafting exactly N tokens a step; hf-assisted default: its own "
+               "rule (up to 20 tokens, cut where the draft's confidence falls under 0.4).")
     for temp in sorted({r.temperature for r in rows}):
         for cat in sorted({r.category for r in rows}):
             sel = [r for r in rows if r.category == cat and r.temperature == temp]
@@ -36,6 +38,8 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
                            f"| {_f(r.wall_speedup, '{:.2f}x')} | {_f(r.acceptance_rate)} | {_f(r.alpha)} "
                            f"| {_f(r.mean_accepted_length)} | {_f(r.predicted_speedup, '{:.2f}x')} "
                            f"| {_f(r.efficiency)} | {r.identical or '-'} | {_f(r.mean_k, '{:.1f}')} |")
+    if meta.get("also"):
+        out += ["", "## Also measured", ""] + [f"- {line}" for line in meta["also"]]
     if goal_list:
         out += ["", "## Goals", "", "| goal | target | measured | met |", "|---|---|---|---|"]
         for g in goal_list:

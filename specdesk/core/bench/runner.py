@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -76,7 +77,7 @@ class Run:
 
 
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
-                    with_hf: bool = True) -> list[Method]:
+                    with_hf: bool = True, hf_default: bool = False) -> list[Method]:
     methods = [Method(PLAIN, "specdesk", "none", 0)]
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
@@ -86,6 +87,8 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
     if with_hf:
         if has_draft:
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", "model", k) for k in hf_ks]
+            if hf_default:  # what a transformers user gets without tuning: its own draft-length rule
+                methods.append(Method("hf-assisted default", "hf-assisted", "model", "default"))
         methods.append(Method(f"hf-lookup k={lookup_k}", "hf-lookup", "ngram", lookup_k))
     return methods
 
@@ -136,6 +139,36 @@ class _StepClock:
         pass
 
 
+@contextmanager
+def _assistant_drafts(engine, method: Method):
+    """transformers drafts exactly k tokens per step, for this call only.
+
+    Its assisted generation reads the draft length and the early-stop confidence from the *assistant's*
+    generation config, not from ``generate``'s arguments (there they are silently ignored), and defaults
+    to up to 20 tokens cut short where the draft's confidence falls under 0.4 (a threshold it tunes while
+    it runs). Without this every "k" would run that same default.
+    """
+    if method.kind != "hf-assisted":
+        yield
+        return
+    cfg = engine.draft.model.generation_config
+    saved = {name: getattr(cfg, name, None) for name in _ASSISTANT_FIELDS}
+    if method.k == "default":  # transformers' own defaults, spelled out so earlier calls cannot leak in
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = \
+            20, "constant", 0.4
+    else:
+        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = \
+            int(method.k), "constant", 0.0
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(cfg, name, value)
+
+
+_ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
 def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int) -> Run:
     """transformers' own assisted generation / prompt lookup on the same models, prompt and settings."""
     model = engine.target.model
@@ -145,20 +178,20 @@ def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: 
     if temperature > 0:
         kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
     if method.kind == "hf-assisted":
-        kwargs.update(assistant_model=engine.draft.model, num_assistant_tokens=int(method.k),
-                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+        kwargs.update(assistant_model=engine.draft.model)
     else:
         kwargs.update(prompt_lookup_num_tokens=int(method.k), max_matching_ngram_size=engine.ngram[0])
     x = torch.tensor([ids], device=model.device)
     clock = _StepClock()
     kwargs["streamer"] = clock
     torch.manual_seed(seed)
-    _sync(engine)
-    t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
-    _sync(engine)
-    wall = time.perf_counter() - t0
+    with _assistant_drafts(engine, method):
+        _sync(engine)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(x, attention_mask=torch.ones_like(x), **kwargs)
+        _sync(engine)
+        wall = time.perf_counter() - t0
     new = out[0, len(ids):].tolist()
     steady_s, steady_tokens = None, 0
     if len(clock.puts) > 1:
