@@ -73,7 +73,12 @@ def test_auto_k_is_exact_and_reports_its_choices(tiny_engine):
     auto = tiny_engine.generate(PROMPTS[1], max_new_tokens=40, k="auto")
     assert auto.token_ids == plain.token_ids
     assert all(0 <= s.k <= 12 for s in auto.steps)
-    assert tiny_engine._adaptive["model"].draft_cost is not None  # learned costs persist in the engine
+    greedy = tiny_engine._adaptive["model", "greedy"]
+    assert greedy.draft_cost is not None  # learned costs persist in the engine
+    steps = greedy.steps
+    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", temperature=0.8, seed=3)
+    assert greedy.steps == steps  # sampled decoding learns in a controller of its own
+    assert tiny_engine._adaptive["model", "sampled"].steps > 0
 
 
 def test_best_k_is_the_argmax_of_rate():
@@ -90,3 +95,53 @@ def test_best_k_is_the_argmax_of_rate():
             acc = ctl.acceptances(ctl.k_max)
             want = max((ctl.rate(j, acc), j) for j in range(ctl.k_max + 1))[1]
             assert ctl.best_k() == want
+
+
+def test_cost_line_fits_context_growth_and_ignores_a_narrow_spread():
+    from specdesk.core.adaptive import _DecayedLine
+
+    wide = _DecayedLine(half_life=float("inf"), spread=128)
+    for _ in range(20):
+        for x in (100, 1000):
+            wide.add(x, 0.010 + 1e-5 * x)
+    # the slope is shrunk by spread^2 of pseudo-variance: 450^2 / (450^2 + 128^2) of the true 1e-5
+    assert abs(wide.at(550) - 0.0155) < 1e-9  # at the samples' mean: their mean
+    assert abs(wide.at(1000) - (0.0155 + 450 * 1e-5 * 450**2 / (450**2 + 128**2))) < 1e-9
+    narrow = _DecayedLine(half_life=float("inf"), spread=128)
+    for x in range(100, 140):  # one reply's own growth: a slope of noise, mostly ignored
+        narrow.add(x, 0.010 + (1e-4 if x % 2 else -1e-4) + 1e-6 * x)
+    assert abs(narrow.at(1200) - narrow.at(120)) < 0.001
+    falling = _DecayedLine(half_life=float("inf"), spread=1)
+    for x in (100, 1000):
+        falling.add(x, 0.02 - 1e-5 * x)
+    assert falling.at(5000) == falling.at(550)  # costs never fall with the context
+
+
+def test_k_follows_the_context_length_when_costs_grow_with_it():
+    """Draft 1.2 ms per token and verify ~10 ms at 100 tokens of context, 3.4 ms and ~11-13 ms at 1,200:
+    with a = 0.6 the best k is 2 on short prompts and 1 on long ones. A controller that has seen both
+    lengths predicts each one's costs; one cost per size (no context) would pick the same k for both."""
+    def draft_c(L):
+        return 1e-3 + 2e-6 * L
+
+    def verify_c(m, L):
+        return 10e-3 + 0.5e-3 * (m - 1) + L * (1e-6 + 1e-6 * (m - 1))
+
+    rng = random.Random(7)
+    ctl = AdaptiveK()
+    for prompt in range(12):
+        base = 100 if prompt % 2 else 1200
+        ctl.reset_acceptance()
+        for step in range(40):
+            L = base + 2 * step
+            k = ctl.choose(L)
+            n = 0
+            while n < k and rng.random() < 0.6:
+                n += 1
+            ctl.observe(k, k, n, k * draft_c(L) * rng.uniform(0.9, 1.1), verify_c(k + 1, L) * rng.uniform(0.9, 1.1), L)
+    ctl.context = 1200
+    assert abs(ctl.draft_cost - draft_c(1200)) < 0.15 * draft_c(1200)
+    assert ctl.best_k() == 1
+    ctl.context = 100
+    assert abs(ctl.draft_cost - draft_c(100)) < 0.25 * draft_c(100)
+    assert ctl.best_k() >= 2  # 2 (143 tok/s) and 3 (140) are within the acceptance estimate's noise

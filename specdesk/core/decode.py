@@ -76,7 +76,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             stop_reason = "cancelled"
             break
         remaining = settings.max_new_tokens - len(generated)
-        k = max(0, min(controller.choose(), remaining - 1))  # never draft past the token budget
+        context = len(ids)
+        k = max(0, min(controller.choose(context), remaining - 1))  # never draft past the token budget
         sync()
         ta = time.perf_counter()
         proposal = drafter.propose(ids, k, sampling, generator)
@@ -116,7 +117,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         accepted += n
         draft_total += tb - ta
         verify_total += tc - tb
-        controller.observe(k, m, n, tb - ta, tc - tb)
+        controller.observe(k, m, n, tb - ta, tc - tb, context)
         end = time.perf_counter()
         texts.append(drafted_text + target_text)
         yield StepEvent(index=step, token_ids=tuple(emitted), drafted=m, accepted=n, k=k,

@@ -40,7 +40,7 @@ class Engine:
         self.compatibility: Compatibility | None = None
         self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
-        self._adaptive: dict[str, AdaptiveK] = {}
+        self._adaptive: dict[tuple[str, str], AdaptiveK] = {}
         if draft is not None:
             if draft.device != target.device:
                 raise BadSetting(f"target on {target.device} but draft on {draft.device}: use one device")
@@ -128,11 +128,14 @@ class Engine:
         if drafter == "none":
             return FixedK(0)
         if gs.k == "auto":
-            # One controller per drafter lives as long as the engine: the costs it learns belong to this
-            # machine and these models; acceptance belongs to the text, so it is mostly reset per prompt.
-            ctl = self._adaptive.get(drafter)
+            # One controller per drafter and decoding mode lives as long as the engine: the costs it learns
+            # belong to this machine and these models; acceptance belongs to the text, so it is mostly reset
+            # per prompt. Greedy and sampled decoding keep apart: sampled acceptance (min(1, p/q) on average)
+            # differs from greedy agreement on the same text, and sampling adds its own cost per token.
+            key = (drafter, "greedy" if gs.sampling.greedy else "sampled")
+            ctl = self._adaptive.get(key)
             if ctl is None:
-                ctl = self._adaptive[drafter] = AdaptiveK()
+                ctl = self._adaptive[key] = AdaptiveK()
             else:
                 ctl.reset_acceptance()
             return ctl
