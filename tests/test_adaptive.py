@@ -145,3 +145,49 @@ def test_k_follows_the_context_length_when_costs_grow_with_it():
     ctl.context = 100
     assert abs(ctl.draft_cost - draft_c(100)) < 0.25 * draft_c(100)
     assert ctl.best_k() >= 2  # 2 (143 tok/s) and 3 (140) are within the acceptance estimate's noise
+
+
+def _train_with_confidences(ctl: AdaptiveK, steps: int = 300, seed: int = 3) -> None:
+    """Drafts whose tokens are either sure (p = 0.95, always accepted) or unsure (p = 0.05, accepted 20%);
+    draft 1 ms per token, verify 10 ms + 1 ms per extra position."""
+    rng = random.Random(seed)
+    for _ in range(steps):
+        k, keep = ctl.plan(200, confidence=True)
+        ps, n, rejected = [], 0, False
+        for j in range(1, k + 1):
+            sure = rng.random() < 0.7
+            p = 0.95 if sure else 0.05
+            ps.append(p)
+            if not rejected and (sure or rng.random() < 0.2):
+                n += 1
+            else:
+                rejected = True
+            if keep is not None and not keep(j, p):
+                break
+        m = len(ps)
+        ctl.observe(k, m, n, 0.001 * m, 0.010 + 0.001 * m, 200, tuple(ps))
+
+
+def test_drafting_by_confidence_learns_what_each_probability_is_worth():
+    ctl = AdaptiveK()
+    _train_with_confidences(ctl)
+    assert ctl.confidence_acceptance(0.95) > 0.9
+    assert 0.05 < ctl.confidence_acceptance(0.05) < 0.4
+    k, keep = ctl.plan(200, confidence=True)
+    assert k == ctl.k_max and keep is not None  # the draft's probabilities decide the length
+    # a sure token: the next one is still worth drafting; an unsure one: the chance that everything so
+    # far passes drops to ~0.2 and one more token no longer pays for its draft and verify time
+    assert keep(1, 0.95) and keep(2, 0.95)
+    assert not keep(3, 0.05)
+    k, keep = ctl.plan(200, confidence=True)
+    assert not keep(ctl.k_max, 0.99)  # never past k_max
+    k, keep = ctl.plan(200, confidence=False)
+    assert keep is None and k == ctl.history[-1]  # a drafter without probabilities gets the modelled k
+
+
+def test_drafting_by_confidence_is_not_used_for_probes_or_plain_steps():
+    ctl = AdaptiveK()
+    simulate(ctl, alpha=0.02, c_draft=0.004, v0=0.02, v1=0.002, steps=200)  # speculation does not pay
+    plans = [ctl.plan(100, confidence=True) for _ in range(40)]
+    assert all(keep is None for _, keep in plans)  # plain steps and short probes, never an open-ended draft
+    assert any(k == 0 for k, _ in plans) and all(k <= ctl.probe_k for k, _ in plans)

@@ -101,3 +101,47 @@ def test_a_biased_sampler_would_fail(tiny_vocab_pair):
     expected = [law[c] * n for c in cells] + [n - sum(law[c] * n for c in cells)]
     _, p = chisquare(observed, expected)
     assert p < 1e-3
+
+
+class _StopWhenUnsure:
+    """Drafts up to 2 tokens but stops after a token the draft gave probability < 0.35 (its own choice,
+    made after seeing the token): the length of a draft depends on what was drafted, as with k=auto."""
+
+    def __init__(self) -> None:
+        self.stopped = self.went_on = 0
+
+    def plan(self, context_len=0, confidence=False):
+        return 2, (self.keep if confidence else None)
+
+    def keep(self, j: int, p: float) -> bool:
+        go = p >= 0.35
+        self.stopped += not go
+        self.went_on += go
+        return go
+
+    def observe(self, *args, **kwargs) -> None:
+        pass
+
+
+def test_stopping_a_draft_by_its_confidence_keeps_the_target_law(tiny_vocab_pair):
+    """Three tokens per generation, so the first step may draft two; the first two tokens' law is the
+    target's whether the second came from the draft (verified) or from the target after an early stop."""
+    from specdesk.core.events import DoneEvent
+
+    engine = tiny_vocab_pair
+    cfg = SamplingConfig(temperature=1.0)
+    prompt = [1, 2, 3, 1, 2]
+    law = exact_two_token_law(engine, prompt, cfg)
+    counts = dict.fromkeys(law, 0)
+    ctl = _StopWhenUnsure()
+    n = 2000
+    for seed in range(n):
+        done = [ev for ev in engine.stream(prompt, controller=ctl, max_new_tokens=3, temperature=1.0, seed=seed,
+                                           k=2, drafter="model") if isinstance(ev, DoneEvent)][0]
+        counts[tuple(done.token_ids[:2])] += 1
+    assert ctl.stopped > n // 10 and ctl.went_on > n // 10  # both branches were taken often
+    cells = [c for c in law if law[c] * n >= 5]
+    observed = [counts[c] for c in cells] + [n - sum(counts[c] for c in cells)]
+    expected = [law[c] * n for c in cells] + [n - sum(law[c] * n for c in cells)]
+    _, p = chisquare(observed, expected)
+    assert p > 1e-3, (p, observed, expected)

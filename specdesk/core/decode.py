@@ -77,10 +77,11 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             break
         remaining = settings.max_new_tokens - len(generated)
         context = len(ids)
-        k = max(0, min(controller.choose(context), remaining - 1))  # never draft past the token budget
+        k, keep = controller.plan(context, drafter.reports_confidence)
+        k = max(0, min(k, remaining - 1))  # never draft past the token budget
         sync()
         ta = time.perf_counter()
-        proposal = drafter.propose(ids, k, sampling, generator)
+        proposal = drafter.propose(ids, k, sampling, generator, keep)
         sync()
         tb = time.perf_counter()
         m = len(proposal)
@@ -117,7 +118,9 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         accepted += n
         draft_total += tb - ta
         verify_total += tc - tb
-        controller.observe(k, m, n, tb - ta, tc - tb, context)
+        controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
+        if keep is not None:
+            k = m  # drafting by confidence: the step's k is what the draft was let draft
         end = time.perf_counter()
         texts.append(drafted_text + target_text)
         yield StepEvent(index=step, token_ids=tuple(emitted), drafted=m, accepted=n, k=k,

@@ -11,6 +11,7 @@ many leading committed positions are certainly right, so a drafter with state ro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -23,19 +24,27 @@ from specdesk.core.sequence import ModelSequence
 class Proposal:
     tokens: torch.Tensor  # (m,) int64, m <= k, on the target's device
     probs: torch.Tensor | None = None  # (m, V) the draft's processed distributions; None = point masses
+    # the draft's probability of each proposed token (only when the caller asked, see Drafter.propose)
+    confidences: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
 
+KeepDrafting = Callable[[int, float], bool]  # (tokens drafted so far, the last one's probability) -> go on?
+
+
 class Drafter:
     name = "base"
+    reports_confidence = False  # whether propose() honours ``keep`` (a model has probabilities; a lookup has not)
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:  # noqa: B027 - optional hook
         """A new generation; ``prefix_ids`` are the prompt tokens except the last."""
 
     def propose(self, ids: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator | None) -> Proposal:
+                generator: torch.Generator | None, keep: KeepDrafting | None = None) -> Proposal:
+        """Up to k guesses. With ``keep`` (drafters that report confidence), drafting stops early after
+        any token for which keep(j, p) is false, p being the draft's probability of its j-th token."""
         raise NotImplementedError
 
     def commit(self, valid_len: int) -> None:  # noqa: B027 - optional hook
@@ -48,7 +57,7 @@ class NoDrafter(Drafter):
     def __init__(self, device: torch.device) -> None:
         self._empty = torch.empty(0, dtype=torch.long, device=device)
 
-    def propose(self, ids, k, sampling, generator) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
         return Proposal(self._empty)
 
 
@@ -102,7 +111,7 @@ class NgramDrafter(Drafter):
                 return ids[pos:pos + k]
         return []
 
-    def propose(self, ids, k, sampling, generator) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
         guess = self.lookup(ids, k) if k > 0 else []
         return Proposal(torch.tensor(guess, dtype=torch.long, device=self.device))
 
@@ -116,6 +125,7 @@ class ModelDrafter(Drafter):
     """
 
     name = "model"
+    reports_confidence = True
 
     def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True) -> None:
         self.model = model
@@ -139,28 +149,38 @@ class ModelDrafter(Drafter):
         """ids: (n,) -> logits (vocab,) of the last position."""
         return self.seq.feed(ids)[: self.vocab]
 
-    def propose(self, ids, k, sampling, generator) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
         logits = self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
-        tokens, probs = [], []
+        tokens, probs, confidences = [], [], []
         for i in range(k):
             if sampling.greedy:
-                tok = logits.argmax().view(1)
+                if keep is None:
+                    tok = logits.argmax().view(1)
+                else:
+                    q, tok = logits.softmax(-1).max(-1)
+                    tok = tok.view(1)
             else:
                 p = process_logits(logits, sampling)  # (vocab,)
                 tok = sample(p, generator).view(1)
                 probs.append(p)
+                q = p[tok[0]]
             tokens.append(tok)
+            if keep is not None:
+                confidences.append(float(q))  # a host read: on a GPU one sync per drafted token
+                if not keep(i + 1, confidences[-1]):
+                    break
             if i + 1 < k:
                 logits = self._forward(tok)
         out = torch.cat(tokens)
+        conf = tuple(confidences)
         if sampling.greedy:
-            return Proposal(out)
-        p = torch.stack(probs)  # (k, vocab)
+            return Proposal(out, confidences=conf)
+        p = torch.stack(probs)  # (m, vocab)
         if self.target_vocab > self.vocab:
             p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
-        return Proposal(out, p)
+        return Proposal(out, p, conf)
 
     def commit(self, valid_len: int) -> None:
         self.seq.crop(valid_len)

@@ -7,9 +7,13 @@ class FixedK:
     def __init__(self, k: int) -> None:
         self.k = k
 
+    def plan(self, context_len: int = 0, confidence: bool = False):
+        """(k, keep): a fixed k drafts k tokens whatever the draft's confidence."""
+        return self.k, None
+
     def choose(self, context_len: int = 0) -> int:
         return self.k
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                context_len: int = 0) -> None:
+                context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
         pass
