@@ -7,7 +7,7 @@ class FixedK:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def plan(self, context_len: int = 0, confidence: bool = False):
+    def plan(self, context_len: int = 0, confidence: bool = False) -> tuple[int, None]:
         """(k, keep): a fixed k drafts k tokens whatever the draft's confidence."""
         return self.k, None
 
