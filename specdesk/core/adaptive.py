@@ -236,10 +236,13 @@ class AdaptiveK:
         self.best_rate = best_r
         return best
 
-    def confidence_acceptance(self, p: float) -> float:
-        """P(a draft token is accepted | the draft gave it probability p, the tokens before it passed)."""
+    def confidence_acceptance(self, p: float, prior: float | None = None) -> float:
+        """P(a draft token is accepted | the draft gave it probability p, the tokens before it passed).
+
+        A band seldom judged is shrunk toward ``prior`` (default: the current first-position acceptance)."""
         d = self.by_confidence[bisect_right(self.CONFIDENCE_EDGES, p)]
-        prior = self.acceptance
+        if prior is None:
+            prior = self.acceptance
         return (d.s + self.PSEUDO_TRIALS * prior) / (d.w + self.PSEUDO_TRIALS)
 
     # ------------------------------------------------------------------ controller protocol
@@ -255,7 +258,8 @@ class AdaptiveK:
         self._step = None
         if not confidence or not self.speculating:
             return k, None
-        self._step = (self.best_rate, self.draft_cost, self.acceptances(self.k_max), self.verify_slope())
+        acc = self.acceptances(self.k_max)  # acc[0] is the calibration's prior: fixed for the step
+        self._step = (self.best_rate, self.draft_cost, acc, self.verify_slope())
         self._survive = 1.0
         return self.k_max, self.keep_drafting
 
@@ -274,10 +278,12 @@ class AdaptiveK:
 
     def keep_drafting(self, j: int, p: float) -> bool:
         """After the j-th drafted token (draft probability p): is a (j+1)-th worth its cost?"""
-        self._survive *= self.confidence_acceptance(p)
-        if self._step is None or j >= self.k_max:
+        if self._step is None:
             return False
         rate, c, acc, dv = self._step
+        self._survive *= self.confidence_acceptance(p, acc[0])
+        if j >= self.k_max:
+            return False
         return self._survive * acc[j] >= rate * (c + dv)
 
     def choose(self, context_len: int = 0) -> int:

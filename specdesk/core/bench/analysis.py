@@ -156,6 +156,18 @@ def held_out_best_k(runs: list[Run], temperature: float = 0.0) -> dict[str, floa
     return out
 
 
+def _with_transformers(greedy: list[Row], ours_for) -> list[tuple[Row, Row]]:
+    """(transformers' assisted-generation row, specdesk's row ``ours_for(it)`` names in its category) pairs."""
+    pairs = []
+    for hf in greedy:
+        if hf.kind == "hf-assisted":
+            method = ours_for(hf)
+            ours = next((o for o in greedy if o.category == hf.category and o.method == method), None)
+            if ours is not None:
+                pairs.append((hf, ours))
+    return pairs
+
+
 def goals(rows: list[Row], runs: list[Run] | None = None) -> list[Goal]:
     """The issue's four goals, evaluated on greedy rows (``runs`` adds the held-out best-k comparison)."""
     greedy = [r for r in rows if r.temperature == 0.0]
@@ -165,13 +177,11 @@ def goals(rows: list[Row], runs: list[Run] | None = None) -> list[Goal]:
         out.append(Goal("efficiency of fixed-k draft decoding", ">= 0.90",
                         f"median {statistics.median(eff):.2f}, min {min(eff):.2f}", statistics.median(eff) >= 0.9))
     ratios, wall = [], []
-    for r in greedy:
-        if r.kind == "hf-assisted":
-            ours = next((o for o in greedy if o.category == r.category and o.method == f"draft k={r.k}"), None)
-            if ours and r.steady_tokens_per_s and ours.steady_tokens_per_s:
-                ratios.append(ours.steady_tokens_per_s / r.steady_tokens_per_s)
-            if ours and r.wall_tokens_per_s:
-                wall.append(ours.wall_tokens_per_s / r.wall_tokens_per_s)
+    for hf, ours in _with_transformers(greedy, lambda hf: f"draft k={hf.k}"):
+        if hf.steady_tokens_per_s and ours.steady_tokens_per_s:
+            ratios.append(ours.steady_tokens_per_s / hf.steady_tokens_per_s)
+        if hf.wall_tokens_per_s:
+            wall.append(ours.wall_tokens_per_s / hf.wall_tokens_per_s)
     if ratios:
         out.append(Goal("specdesk vs transformers assisted generation (same pair and k; decode after the first "
                         "step)", ">= 1.5x",
@@ -211,11 +221,9 @@ def against_defaults(rows: list[Row]) -> str | None:
     (up to 20 draft tokens, cut where the draft's confidence falls under 0.4), after the first step, greedy."""
     greedy = [r for r in rows if r.temperature == 0.0]
     ratios = {}
-    for r in greedy:
-        if r.kind == "hf-assisted" and r.k == "default" and r.steady_tokens_per_s:
-            ours = next((o for o in greedy if o.category == r.category and o.method == "draft k=auto"), None)
-            if ours and ours.steady_tokens_per_s:
-                ratios[r.category] = ours.steady_tokens_per_s / r.steady_tokens_per_s
+    for hf, ours in _with_transformers(greedy, lambda hf: "draft k=auto" if hf.k == "default" else None):
+        if hf.steady_tokens_per_s and ours.steady_tokens_per_s:
+            ratios[hf.category] = ours.steady_tokens_per_s / hf.steady_tokens_per_s
     if not ratios:
         return None
     cat, low = min(ratios.items(), key=lambda kv: kv[1])

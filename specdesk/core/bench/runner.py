@@ -139,6 +139,9 @@ class _StepClock:
         pass
 
 
+_ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
 @contextmanager
 def _assistant_drafts(engine, method: Method):
     """transformers drafts exactly k tokens per step, for this call only.
@@ -153,20 +156,15 @@ def _assistant_drafts(engine, method: Method):
         return
     cfg = engine.draft.model.generation_config
     saved = {name: getattr(cfg, name, None) for name in _ASSISTANT_FIELDS}
-    if method.k == "default":  # transformers' own defaults, spelled out so earlier calls cannot leak in
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = \
-            20, "constant", 0.4
-    else:
-        cfg.num_assistant_tokens, cfg.num_assistant_tokens_schedule, cfg.assistant_confidence_threshold = \
-            int(method.k), "constant", 0.0
+    # "default": transformers' own defaults, spelled out so an earlier call's settings cannot leak in
+    values = (20, "constant", 0.4) if method.k == "default" else (int(method.k), "constant", 0.0)
+    for name, value in zip(_ASSISTANT_FIELDS, values):
+        setattr(cfg, name, value)
     try:
         yield
     finally:
         for name, value in saved.items():
             setattr(cfg, name, value)
-
-
-_ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
 def run_hf(engine, method: Method, ids: list[int], temperature: float, max_new: int, seed: int) -> Run:
