@@ -185,6 +185,29 @@ def test_drafting_by_confidence_learns_what_each_probability_is_worth():
     assert keep is None and k == ctl.history[-1]  # a drafter without probabilities gets the modelled k
 
 
+def test_a_flat_draft_in_an_easy_stretch_drafts_longer():
+    """p alone is pooled over all text seen: after mixed text, p = 0.05 means "passes 20% of the time". In a
+    stretch the draft repeats (every token passes although the draft stays unsure, as the demo draft does when
+    a reply loops), the position's own acceptance must outweigh that, so drafts grow; with the calibration
+    alone every draft stopped after its first token for all 40 steps."""
+    ctl = AdaptiveK()
+    _train_with_confidences(ctl)
+    ctl.reset_acceptance()  # a new prompt
+    lengths = []
+    for _ in range(40):
+        k, keep = ctl.plan(200, confidence=True)
+        m = 0
+        for j in range(1, k + 1):
+            m = j
+            if keep is not None and not keep(j, 0.05):
+                break
+        ctl.observe(k, m, m, 0.001 * m, 0.010 + 0.001 * m, 200, (0.05,) * m)  # everything passes
+        lengths.append(m)
+    assert lengths[:5] == [1] * 5  # at first it trusts what p = 0.05 was worth so far
+    assert min(lengths[-10:]) >= 3
+    assert lengths == sorted(lengths)  # and it learns in one direction only
+
+
 def test_drafting_by_confidence_is_not_used_for_probes_or_plain_steps():
     ctl = AdaptiveK()
     simulate(ctl, alpha=0.02, c_draft=0.004, v0=0.02, v1=0.002, steps=200)  # speculation does not pay
