@@ -75,6 +75,10 @@ class _Decayed:
     def mean(self) -> float | None:
         return self.s / self.w if self.w > 1e-9 else None
 
+    def shrunk(self, prior: float, trials: float) -> float:
+        """The mean with ``trials`` pseudo-samples of ``prior`` added: a seldom-seen mean stays near the prior."""
+        return (self.s + trials * prior) / (self.w + trials)
+
 
 class _DecayedLine:
     """Exponentially forgetting weighted least squares y ~ a + b * x with b >= 0, predicted at any x.
@@ -166,7 +170,7 @@ class AdaptiveK:
         out, prior = [], pooled
         for j in range(1, k + 1):
             a = table[min(j, self.k_max)]
-            prior = (a.s + self.PSEUDO_TRIALS * prior) / (a.w + self.PSEUDO_TRIALS)
+            prior = a.shrunk(prior, self.PSEUDO_TRIALS)
             out.append(min(0.995, max(0.0, prior)))
         return out
 
@@ -252,17 +256,20 @@ class AdaptiveK:
 
     def calibration_mean(self, prior: float) -> float:
         """Acceptance over every token the calibration has judged (shrunk toward ``prior``)."""
-        d = self.confidence_judged  # not the bins' sum: each bin forgets at its own pace
-        return (d.s + self.PSEUDO_TRIALS * prior) / (d.w + self.PSEUDO_TRIALS)
+        # its own mean, not the bins' sum: each bin forgets at its own pace
+        return self.confidence_judged.shrunk(prior, self.PSEUDO_TRIALS)
 
     def confidence_acceptance(self, p: float, prior: float | None = None) -> float:
         """P(a draft token is accepted | the draft gave it probability p, the tokens before it passed).
 
         A band seldom judged is shrunk toward ``prior`` (default: the current first-position acceptance)."""
-        d = self.by_confidence[bisect_right(self.CONFIDENCE_EDGES, p)]
         if prior is None:
             prior = self.acceptance
-        return (d.s + self.PSEUDO_TRIALS * prior) / (d.w + self.PSEUDO_TRIALS)
+        return self._band(p).shrunk(prior, self.PSEUDO_TRIALS)
+
+    def _band(self, p: float) -> _Decayed:
+        """The calibration's estimate for the band of draft probability that p falls in."""
+        return self.by_confidence[bisect_right(self.CONFIDENCE_EDGES, p)]
 
     # ------------------------------------------------------------------ controller protocol
 
@@ -346,7 +353,7 @@ class AdaptiveK:
         self.draft.add(context_len, draft_s / drafted, float(drafted))
         for j, p in enumerate(confidences[: accepted + 1]):  # tokens after the first rejection were never judged
             passed = 1.0 if j < accepted else 0.0
-            self.by_confidence[bisect_right(self.CONFIDENCE_EDGES, p)].add(passed)
+            self._band(p).add(passed)
             self.confidence_judged.add(passed)
         table = self.acc
         for j in range(1, min(drafted, self.k_max) + 1):
