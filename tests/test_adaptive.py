@@ -214,3 +214,100 @@ def test_drafting_by_confidence_is_not_used_for_probes_or_plain_steps():
     plans = [ctl.plan(100, confidence=True) for _ in range(40)]
     assert all(keep is None for _, keep in plans)  # plain steps and short probes, never an open-ended draft
     assert any(k == 0 for k, _ in plans) and all(k <= ctl.probe_k for k, _ in plans)
+
+
+def _train_with_hints(ctl: AdaptiveK, steps: int = 300, seed: int = 5) -> list[int]:
+    """A flat draft (p = 0.05 for every token) in text that partly repeats itself: each drafted token either
+    agrees with prompt lookup's hint (always accepted) or departs from it (accepted 10%). Returns the
+    drafted lengths."""
+    rng = random.Random(seed)
+    hint = list(range(100, 100 + ctl.k_max))
+    lengths = []
+    for _ in range(steps):
+        k, keep = ctl.plan(200, confidence=True, hint=hint)
+        m, n, rejected, following = 0, 0, False, True
+        for j in range(1, k + 1):
+            m = j
+            following = following and rng.random() < 0.7
+            token = hint[j - 1] if following else 7
+            if not rejected and (following or rng.random() < 0.1):
+                n += 1
+            else:
+                rejected = True
+            if keep is not None and not keep(j, 0.05, token):
+                break
+        ctl.observe(k, m, n, 0.001 * m, 0.010 + 0.001 * m, 200, (0.05,) * m)
+        lengths.append(m)
+    return lengths
+
+
+def test_a_draft_that_follows_the_texts_own_repetition_is_trusted_and_one_that_leaves_it_is_not():
+    ctl = AdaptiveK()
+    _train_with_hints(ctl)
+    agree = ctl.confidence_acceptance(0.05, hint=AdaptiveK.HINT_AGREE)
+    depart = ctl.confidence_acceptance(0.05, hint=AdaptiveK.HINT_DEPART)
+    assert agree > 0.85 and depart < 0.3
+    hint = list(range(100, 100 + ctl.k_max))
+    _, keep = ctl.plan(200, confidence=True, hint=hint)
+    # the same flat p = 0.05 throughout: only the hint tells the tokens apart
+    assert all(keep(j, 0.05, hint[j - 1]) for j in range(1, 5))
+    assert not keep(5, 0.05, 7)  # the draft leaves the repetition: stop here
+    # without a hint the same tokens are judged by p and position alone, and the draft stops sooner
+    _, keep = ctl.plan(200, confidence=True)
+    no_hint = next(j for j in range(1, ctl.k_max + 1) if not keep(j, 0.05, 100 + j - 1))
+    assert no_hint < 5
+
+
+def test_what_the_repetition_was_worth_is_mostly_forgotten_for_a_new_prompt():
+    """Whether a reply repeats its prompt belongs to that reply; the draft's calibration by p (no hint) is the
+    draft model's and is kept."""
+    ctl = AdaptiveK()
+    _train_with_hints(ctl)
+    _train_with_confidences(ctl)
+    agree_w = ctl.by_hint[AdaptiveK.HINT_AGREE].w
+    none_w = ctl.by_hint[AdaptiveK.HINT_NONE].w
+    assert agree_w > 1 and none_w > 1
+    ctl.reset_acceptance()
+    assert ctl.by_hint[AdaptiveK.HINT_AGREE].w == 0.25 * agree_w
+    assert ctl.by_hint[AdaptiveK.HINT_NONE].w == none_w
+
+
+def test_the_decode_loop_hands_the_controller_prompt_lookups_continuation_and_each_drafted_token(
+        tiny_target, tiny_target_copy):
+    """The hint at every step is exactly what prompt lookup would have proposed from the committed tokens, and
+    keep() sees each drafted token itself: the accepted ones are the output's (a draft identical to the
+    target, so every drafted token is accepted)."""
+    import specdesk
+    from specdesk.core.ngram import NgramIndex
+
+    engine = specdesk.load(str(tiny_target), str(tiny_target_copy), device="cpu")
+
+    class Recording:
+        k_max = 12
+        reads_hints = True
+
+        def __init__(self):
+            self.steps: list[tuple[int, tuple[int, ...], list[int]]] = []  # (context, hint, drafted tokens)
+
+        def plan(self, context_len=0, confidence=False, hint=()):
+            self.steps.append((context_len, tuple(hint), []))
+            return 4, (self.keep if confidence else None)
+
+        def keep(self, j: int, p: float, token: int) -> bool:
+            self.steps[-1][2].append(token)
+            return True
+
+        def observe(self, k, drafted, accepted, *args, **kwargs):
+            del self.steps[-1][2][accepted:]  # keep the accepted tokens only
+
+    ctl = Recording()
+    prompt = engine.encode(PROMPTS[2])
+    out = engine.generate(prompt, max_new_tokens=40, k="auto", controller=ctl)
+    assert out.token_ids == engine.generate(prompt, max_new_tokens=40, drafter="none").token_ids
+    full = list(prompt) + list(out.token_ids)
+    index = NgramIndex()
+    for length, hint, accepted in ctl.steps:
+        assert hint == tuple(index.lookup(full[:length], ctl.k_max))
+        assert accepted == full[length:length + len(accepted)]
+    assert any(hint for _, hint, _ in ctl.steps)  # this prompt repeats itself: lookup has something to say
+    assert sum(len(a) for _, _, a in ctl.steps) == len(out.token_ids) - len(ctl.steps)  # one target token a step

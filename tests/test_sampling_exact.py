@@ -110,10 +110,10 @@ class _StopWhenUnsure:
     def __init__(self) -> None:
         self.stopped = self.went_on = 0
 
-    def plan(self, context_len=0, confidence=False):
+    def plan(self, context_len=0, confidence=False, hint=()):
         return 2, (self.keep if confidence else None)
 
-    def keep(self, j: int, p: float) -> bool:
+    def keep(self, j: int, p: float, token: int) -> bool:
         go = p >= 0.35
         self.stopped += not go
         self.went_on += go

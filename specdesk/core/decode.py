@@ -20,6 +20,7 @@ from specdesk.core.acceptance import verify_greedy, verify_sampled
 from specdesk.core.detok import IncrementalDetokenizer
 from specdesk.core.drafters import Drafter
 from specdesk.core.events import DoneEvent, Event, GenerationStats, PrefillEvent, StepEvent
+from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import make_generator, process_logits
 from specdesk.core.settings import MAX_K, GenerationSettings
 from specdesk.core.stops import StopStrings
@@ -54,6 +55,10 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
     t0 = time.perf_counter()
     target.prefill(prompt_ids[:-1], capacity)
     drafter.start(prompt_ids[:-1], capacity)
+    # a controller that drafts by confidence also reads what prompt lookup would propose (a hint, not a draft)
+    hints = NgramIndex() if drafter.reports_confidence and getattr(controller, "reads_hints", False) else None
+    if hints is not None:
+        hints.extend(prompt_ids)  # ~4 ms for 1,200 tokens, once; then microseconds per step
     sync()
     prefill_s = time.perf_counter() - t0
     yield PrefillEvent(prompt_tokens=len(prompt_ids), seconds=prefill_s)
@@ -77,7 +82,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             break
         remaining = settings.max_new_tokens - len(generated)
         context = len(ids)
-        k, keep = controller.plan(context, drafter.reports_confidence)
+        hint = hints.lookup(ids, controller.k_max) if hints is not None else ()
+        k, keep = controller.plan(context, drafter.reports_confidence, hint)
         k = max(0, min(k, remaining - 1))  # never draft past the token budget
         sync()
         ta = time.perf_counter()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import SamplingConfig, process_logits, sample
 from specdesk.core.sequence import ModelSequence
 
@@ -31,7 +32,8 @@ class Proposal:
         return int(self.tokens.shape[0])
 
 
-KeepDrafting = Callable[[int, float], bool]  # (tokens drafted so far, the last one's probability) -> go on?
+KeepDrafting = Callable[[int, float, int], bool]  # (tokens drafted so far, the last one's probability, the
+# last token) -> go on?
 
 
 class Drafter:
@@ -44,7 +46,7 @@ class Drafter:
     def propose(self, ids: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator | None, keep: KeepDrafting | None = None) -> Proposal:
         """Up to k guesses. With ``keep`` (drafters that report confidence), drafting stops early after
-        any token for which keep(j, p) is false, p being the draft's probability of its j-th token."""
+        any token t for which keep(j, p, t) is false, p being the draft's probability of its j-th token t."""
         raise NotImplementedError
 
     def commit(self, valid_len: int) -> None:  # noqa: B027 - optional hook
@@ -62,58 +64,23 @@ class NoDrafter(Drafter):
 
 
 class NgramDrafter(Drafter):
-    """Prompt lookup decoding (Saxena, 2023), with an incremental n-gram index.
-
-    For n from ``max_n`` down to ``min_n``, the last n committed tokens are looked up in a table of
-    earlier n-grams -> the positions after their latest occurrences; the first hit's continuation (up
-    to k tokens) is the proposal. Of an n-gram's recent occurrences (up to ``RECENT``), the latest one
-    followed by at least k tokens wins, else the one followed by the most: in a repeating run the very
-    latest occurrence ends just before the cursor and would offer a single token. The table is updated
-    only with new tokens, so a step's work does not grow with the context. No model, no extra memory.
-    """
+    """Prompt lookup decoding (Saxena, 2023): the continuation of the context's last n-gram where it
+    occurred before (see :class:`~specdesk.core.ngram.NgramIndex`). No model, no extra memory."""
 
     name = "ngram"
-    RECENT = 8
 
     def __init__(self, device: torch.device, max_n: int = 4, min_n: int = 2) -> None:
-        if not (1 <= min_n <= max_n):
-            raise ValueError("need 1 <= min_n <= max_n")
         self.device = device
-        self.max_n, self.min_n = max_n, min_n
-        self._tables: dict[int, dict[tuple[int, ...], list[int]]] = {}
-        self._indexed = 0
+        self.index = NgramIndex(max_n, min_n)
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:
-        self._tables = {n: {} for n in range(self.min_n, self.max_n + 1)}
-        self._indexed = 0
-
-    def _index(self, ids: list[int]) -> None:
-        # Position j starts the continuation of the n-gram ids[j-n:j]; the current suffix (j = len)
-        # has no continuation yet and is not indexed, so a lookup never finds itself.
-        for j in range(max(1, self._indexed), len(ids)):
-            for n, table in self._tables.items():
-                if j >= n:
-                    positions = table.setdefault(tuple(ids[j - n:j]), [])
-                    positions.append(j)
-                    if len(positions) > self.RECENT:
-                        del positions[0]
-        self._indexed = max(self._indexed, len(ids))
+        self.index.reset()
 
     def lookup(self, ids: list[int], k: int) -> list[int]:
-        self._index(ids)
-        end = len(ids)
-        for n in range(self.max_n, self.min_n - 1, -1):
-            if end < n:
-                continue
-            positions = self._tables[n].get(tuple(ids[-n:]))
-            if positions:
-                pos = next((p for p in reversed(positions) if end - p >= k), positions[0])
-                return ids[pos:pos + k]
-        return []
+        return self.index.lookup(ids, k)
 
     def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
-        guess = self.lookup(ids, k) if k > 0 else []
-        return Proposal(torch.tensor(guess, dtype=torch.long, device=self.device))
+        return Proposal(torch.tensor(self.lookup(ids, k), dtype=torch.long, device=self.device))
 
 
 class ModelDrafter(Drafter):
@@ -168,8 +135,8 @@ class ModelDrafter(Drafter):
                 q = p[tok[0]]
             tokens.append(tok)
             if keep is not None:
-                confidences.append(float(q))  # a host read: on a GPU one sync per drafted token
-                if not keep(i + 1, confidences[-1]):
+                confidences.append(float(q))  # host reads: on a GPU one sync per drafted token
+                if not keep(i + 1, confidences[-1], int(tok[0])):
                     break
             if i + 1 < k:
                 logits = self._forward(tok)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class FixedK:
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def plan(self, context_len: int = 0, confidence: bool = False) -> tuple[int, None]:
-        """(k, keep): a fixed k drafts k tokens whatever the draft's confidence."""
+    def plan(self, context_len: int = 0, confidence: bool = False, hint: Sequence[int] = ()) -> tuple[int, None]:
+        """(k, keep): a fixed k drafts k tokens whatever the draft's confidence (or the lookup ``hint``)."""
         return self.k, None
 
     def choose(self, context_len: int = 0) -> int:
