@@ -325,13 +325,13 @@ class AdaptiveK:
         var = sum(wt * (m - mx) ** 2 for m, _, wt in pts)
         return max(0.0, sum(wt * (m - mx) * (c - my) for m, c, wt in pts) / var) if var > 0 else 0.0
 
-    def keep_drafting(self, j: int, p: float, token: int = -1) -> bool:
+    def keep_drafting(self, j: int, p: float, token: int | None = None) -> bool:
         """After the j-th drafted token (draft probability p): is a (j+1)-th worth its cost?"""
         if self._step is None:
             return False
         rate, c, acc, dv, mean = self._step
-        hint = self.HINT_NONE  # no hint here, or the draft already left it
-        if len(self._hint) >= j and (j == 1 or self._hint_states[-1] == self.HINT_AGREE):
+        hint = self.HINT_NONE  # no hint here (or no token to compare), or the draft already left it
+        if token is not None and len(self._hint) >= j and (j == 1 or self._hint_states[-1] == self.HINT_AGREE):
             hint = self.HINT_AGREE if token == self._hint[j - 1] else self.HINT_DEPART
         self._hint_states.append(hint)
         # log-odds: the position's acceptance in this stretch of text, moved by what the hint and p say
