@@ -275,7 +275,7 @@ class AdaptiveK:
         # its own mean, not the bins' sum: each bin forgets at its own pace
         return self.confidence_judged.shrunk(prior, self.PSEUDO_TRIALS)
 
-    def confidence_acceptance(self, p: float, prior: float | None = None, hint: int = 0) -> float:
+    def confidence_acceptance(self, p: float, prior: float | None = None, hint: int = HINT_NONE) -> float:
         """P(a draft token is accepted | the draft gave it probability p, its hint state, the tokens before
         it passed). A hint state seldom seen is shrunk toward ``prior`` (default: the current first-position
         acceptance), a band of p seldom seen toward its hint state's acceptance."""
