@@ -16,10 +16,11 @@ import pytest
 import torch
 
 import specdesk
+from specdesk.core.bnb_cpu import packs_for_dtype, prepare_4bit_layers
 from specdesk.core.plan import QuantSpec, analyze, capacity, kv_cache_bytes, measure_weight_bytes, weight_bytes
 
 QUANTS = [("none", False, torch.float32), ("none", False, torch.float16), ("int8", False, torch.float32),
-          ("nf4", False, torch.float32), ("nf4", True, torch.float32)]
+          ("nf4", False, torch.float32), ("nf4", True, torch.float32), ("nf4", True, torch.bfloat16)]
 
 
 def _save(dest, arch: str, tie: bool, **cfg):
@@ -60,10 +61,13 @@ def _load(path, method: str, double_quant: bool, dtype):
         kwargs.update(quantization_config=BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type=method, bnb_4bit_compute_dtype=dtype,
             bnb_4bit_use_double_quant=double_quant), device_map={"": "cpu"})
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs).eval()
+    if method in ("nf4", "fp4"):
+        prepare_4bit_layers(model)  # as specdesk's loader does: the packed CPU layout where this CPU gets it
+    return model
 
 
-@pytest.mark.parametrize("method,double_quant,dtype", QUANTS, ids=["fp32", "fp16", "int8", "nf4", "nf4-dq"])
+@pytest.mark.parametrize("method,double_quant,dtype", QUANTS, ids=["fp32", "fp16", "int8", "nf4", "nf4-dq", "nf4-dq-bf16"])
 @pytest.mark.parametrize("which", ["demo-target", "demo-draft", "untied-odd", "qwen2-bias"])
 def test_weight_bytes_match_a_bitsandbytes_load(which, method, double_quant, dtype, fixture_models):
     ref = fixture_models.get(which, which)
@@ -73,10 +77,12 @@ def test_weight_bytes_match_a_bitsandbytes_load(which, method, double_quant, dty
         kinds = {type(m).__name__ for m in model.modules()}
         assert ("Linear8bitLt" if method == "int8" else "Linear4bit") in kinds
     measured = measure_weight_bytes(model)
-    predicted = weight_bytes(analyze(ref), QuantSpec(method, double_quant), str(dtype).removeprefix("torch.")).total
+    spec = QuantSpec(method, double_quant)
+    packed = spec.is_4bit and packs_for_dtype(str(dtype).removeprefix("torch."))  # the layout this CPU gets
+    predicted = weight_bytes(analyze(ref), spec, str(dtype).removeprefix("torch."), cpu_packed=packed).total
     error = (predicted - measured) / measured
-    print(f"{which} {method}{'+dq' if double_quant else ''} {dtype}: predicted {predicted} measured {measured} "
-          f"error {error:+.4%}")
+    print(f"{which} {method}{'+dq' if double_quant else ''} {dtype}{' (CPU packed layout)' if packed else ''}: "
+          f"predicted {predicted} measured {measured} error {error:+.4%}")
     assert abs(error) <= 0.03
     assert predicted == measured  # the storage formulas are exact for this bitsandbytes
     with torch.inference_mode():  # int8 layers move their scales to module state on the first forward
@@ -86,6 +92,11 @@ def test_weight_bytes_match_a_bitsandbytes_load(which, method, double_quant, dty
 
 def test_measurement_includes_quant_state_that_get_memory_footprint_misses():
     """Why the test measures itself: transformers' footprint leaves out absmax and SCB."""
+    model = _load(analyze("demo-draft").path, "int8", False, torch.float32)
+    with torch.inference_mode():  # int8 layers move their scales to module state on the first forward
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert measure_weight_bytes(model) > model.get_memory_footprint() - sum(
+        b.numel() * b.element_size() for b in model.buffers())
     model = _load(analyze("demo-draft").path, "nf4", False, torch.float32)
     assert measure_weight_bytes(model) > model.get_memory_footprint() - sum(
         b.numel() * b.element_size() for b in model.buffers())
@@ -138,18 +149,24 @@ def test_draft_kv_equals_a_dynamic_cache_and_the_lean_buffers(tiny_draft):
 def test_sliding_window_kv_is_capped_like_the_cache(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from specdesk.core.kvcache import cache_nbytes, new_cache
+    from specdesk.core.kvcache import cache_nbytes
+    from specdesk.core.sequence import ModelSequence
 
     path = _save(tmp_path / "gemma2", "gemma2", True, vocab_size=128, hidden_size=32, intermediate_size=64,
                  num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=8)
     a = analyze(path)
     assert sorted(a.kv.layers, key=str) == [7, None]
     model = AutoModelForCausalLM.from_pretrained(path).eval()
-    cache = new_cache(model.config, 64)
-    with torch.inference_mode():
-        for chunk in (torch.arange(1, 15), torch.arange(15, 21)):  # 20 positions, past the window of 8
-            model(input_ids=chunk[None], cache=cache, use_cache=True)
-    assert cache_nbytes(cache) == kv_cache_bytes(a, 20, "float32")
+    seq = ModelSequence(model)  # the engine's own sequence: transformers' layers, trimmed after every step
+    assert not seq.uses_lean_path
+    seq.start(list(range(1, 15)), 64)
+    logits = seq.feed(torch.arange(15, 21), every=True)  # 20 positions, past the window of 8, in one verify
+    assert logits.shape[0] == 6
+    seq.crop(seq.length - 2)  # reject the last two, as a rolled-back step does
+    assert seq.length == 18 and cache_nbytes(seq.cache) == kv_cache_bytes(a, 18, "float32")
+    seq.feed(torch.arange(19, 21), every=True)
+    seq.crop(seq.length)  # a step with nothing rejected trims back to the window too
+    assert cache_nbytes(seq.cache) == kv_cache_bytes(a, 20, "float32")
     assert kv_cache_bytes(a, 20, "float32") < 2 * kv_cache_bytes(a, 10, "float32")
 
 

@@ -1,7 +1,8 @@
 """Whole generations at temperature > 0 follow the target's exact distribution (chi-square, fixed seeds).
 
-A target and a different draft with an 8-token vocabulary; the exact joint law of the first two
-tokens is computed from the target alone and compared with 2,000 speculative generations.
+A target and a different draft with an 8-token vocabulary; the exact joint law of the first k + 1 tokens
+(k = 2..4, so every drafted position of the first step is verified) is computed from the target alone and
+compared with 1,200-1,500 speculative generations. ``tests/test_verify_exact.py`` proves the rule's law exactly.
 """
 
 from __future__ import annotations
@@ -40,44 +41,59 @@ def tiny_vocab_pair(tmp_path_factory):
     return specdesk.load(str(paths[0]), str(paths[1]), device="cpu")
 
 
-def exact_two_token_law(engine, prompt_ids, cfg):
+def exact_law(engine, prompt_ids, cfg, length: int) -> dict:
+    """{first ``length`` tokens: probability} under the target alone, through the prefix tree (zero branches cut)."""
     model = engine.target.model
+    law = {(): 1.0}
     with torch.inference_mode():
-        p1 = process_logits(model(input_ids=torch.tensor([prompt_ids])).logits[0, -1], cfg)
-        law = {}
-        for t1 in range(len(WORDS)):
-            p2 = process_logits(model(input_ids=torch.tensor([prompt_ids + [t1]])).logits[0, -1], cfg)
-            for t2 in range(len(WORDS)):
-                law[(t1, t2)] = float(p1[t1] * p2[t2])
+        for _ in range(length):
+            prefixes = list(law)
+            ids = torch.tensor([prompt_ids + list(p) for p in prefixes])  # (N, T): one batched forward per level
+            probs = process_logits(model(input_ids=ids).logits[:, -1], cfg).double()  # (N, V)
+            probs /= probs.sum(-1, keepdim=True)
+            law = {p + (t,): law[p] * float(probs[i, t]) for i, p in enumerate(prefixes)
+                   for t in range(len(WORDS)) if probs[i, t] > 0}
     return law
 
 
-@pytest.mark.parametrize("cfg,drafter,k", [
-    (SamplingConfig(temperature=1.0), "model", 2),
-    (SamplingConfig(temperature=0.7, top_k=5, top_p=0.9), "model", 3),
-    (SamplingConfig(temperature=1.3), "ngram", 2),
-])
-def test_first_two_tokens_follow_the_target(tiny_vocab_pair, cfg, drafter, k):
-    engine = tiny_vocab_pair
-    prompt = [1, 2, 3, 1, 2]  # repeats, so prompt lookup also proposes
-    law = exact_two_token_law(engine, prompt, cfg)
-    counts = dict.fromkeys(law, 0)
-    n = 2000
-    drafted = 0
-    for seed in range(n):
-        r = engine.generate(prompt, max_new_tokens=2, temperature=cfg.temperature, top_k=cfg.top_k,
-                            top_p=cfg.top_p, seed=seed, k=k, drafter=drafter)
-        counts[tuple(r.token_ids)] += 1
-        drafted += r.stats.drafted
-    assert drafted > n // 2  # the rule was really exercised
-    cells = [c for c in law if law[c] * n >= 5]  # chi-square needs expected counts >= 5; pool the rest
-    observed = [counts[c] for c in cells] + [n - sum(counts[c] for c in cells)]
+def exact_two_token_law(engine, prompt_ids, cfg):
+    return exact_law(engine, prompt_ids, cfg, 2)
+
+
+def chi_square_p(law: dict, counts: dict, n: int) -> float:
+    """p-value of observed counts against the exact law; cells under 5 expected pooled into one."""
+    cells = [c for c in law if law[c] * n >= 5]
+    observed = [counts.get(c, 0) for c in cells] + [n - sum(counts.get(c, 0) for c in cells)]
     expected = [law[c] * n for c in cells] + [n - sum(law[c] * n for c in cells)]
     if expected[-1] < 1e-9:
         observed, expected = observed[:-1], expected[:-1]
     assert abs(sum(observed) - sum(expected)) < 1e-6
-    _, p = chisquare(observed, expected)
-    assert p > 1e-3, (p, observed, expected)
+    assert len(cells) >= 8  # enough cells for the test to see the joint law
+    return float(chisquare(observed, expected)[1])
+
+
+@pytest.mark.parametrize("cfg,drafter,k,n", [
+    (SamplingConfig(temperature=1.0, top_k=3), "model", 2, 1500),
+    (SamplingConfig(temperature=0.8, top_k=4, top_p=0.9), "model", 3, 1500),
+    (SamplingConfig(temperature=1.2, top_k=3), "model", 4, 1200),
+    (SamplingConfig(temperature=1.3, top_k=3, top_p=0.95), "ngram", 4, 1500),
+], ids=["model-k2-topk", "model-k3-topk-topp", "model-k4-topk", "lookup-k4-topk-topp"])
+def test_first_k_plus_1_tokens_follow_the_target(tiny_vocab_pair, cfg, drafter, k, n):
+    """max_new_tokens = k + 1, so the first step drafts k tokens and every drafted position is verified
+    (accepted prefix, first rejection, residual, bonus); the joint law of all k + 1 tokens is the target's."""
+    engine = tiny_vocab_pair
+    prompt = [1, 2, 3, 1, 2, 3, 4, 1, 2]  # repeats, so prompt lookup proposes (its k tokens are point masses)
+    law = exact_law(engine, prompt, cfg, k + 1)
+    counts: dict = {}
+    first_step_drafts = [0] * (k + 1)
+    for seed in range(n):
+        r = engine.generate(prompt, max_new_tokens=k + 1, temperature=cfg.temperature, top_k=cfg.top_k,
+                            top_p=cfg.top_p, seed=seed, k=k, drafter=drafter)
+        counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+        first_step_drafts[r.steps[0].drafted] += 1
+    assert first_step_drafts[k] > n // 2  # k tokens really were drafted and verified at once
+    p = chi_square_p(law, counts, n)
+    assert p > 1e-3, (p, counts)
 
 
 def test_a_biased_sampler_would_fail(tiny_vocab_pair):
@@ -96,11 +112,7 @@ def test_a_biased_sampler_would_fail(tiny_vocab_pair):
                 p = process_logits(draft(input_ids=torch.tensor([ids])).logits[0, -1], cfg)
                 ids.append(int(torch.multinomial(p, 1, generator=g)))
             counts[tuple(ids[-2:])] += 1
-    cells = [c for c in law if law[c] * n >= 5]
-    observed = [counts[c] for c in cells] + [n - sum(counts[c] for c in cells)]
-    expected = [law[c] * n for c in cells] + [n - sum(law[c] * n for c in cells)]
-    _, p = chisquare(observed, expected)
-    assert p < 1e-3
+    assert chi_square_p(law, counts, n) < 1e-3
 
 
 class _StopWhenUnsure:
@@ -140,8 +152,5 @@ def test_stopping_a_draft_by_its_confidence_keeps_the_target_law(tiny_vocab_pair
                                            k=2, drafter="model") if isinstance(ev, DoneEvent)][0]
         counts[tuple(done.token_ids[:2])] += 1
     assert ctl.stopped > n // 10 and ctl.went_on > n // 10  # both branches were taken often
-    cells = [c for c in law if law[c] * n >= 5]
-    observed = [counts[c] for c in cells] + [n - sum(counts[c] for c in cells)]
-    expected = [law[c] * n for c in cells] + [n - sum(law[c] * n for c in cells)]
-    _, p = chisquare(observed, expected)
-    assert p > 1e-3, (p, observed, expected)
+    p = chi_square_p(law, counts, n)
+    assert p > 1e-3, (p, counts)

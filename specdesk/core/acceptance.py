@@ -54,24 +54,44 @@ def verify_greedy(target_argmax: torch.Tensor, draft_tokens: torch.Tensor) -> tu
     return n, values[1:n + 2]
 
 
+class Draws:
+    """The random draws of :func:`verify_sampled`, from a torch generator.
+
+    The rule's only randomness: one uniform per drafted token, then one categorical draw. Kept behind this
+    small interface so a test can enumerate every outcome with its exact probability instead of sampling.
+    """
+
+    def __init__(self, generator: torch.Generator | None) -> None:
+        self.generator = generator
+
+    def uniform(self, n: int, device: torch.device) -> torch.Tensor:
+        """(n,) independent draws from U[0, 1)."""
+        return torch.rand(n, generator=self.generator, device=device)
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        """(1,) int64: one index drawn with probabilities ``probs`` (V,)."""
+        return torch.multinomial(probs, 1, generator=self.generator)
+
+
 def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
-                   generator: torch.Generator | None) -> tuple[int, list[int]]:
+                   generator: torch.Generator | None, draws: Draws | None = None) -> tuple[int, list[int]]:
     """(accepted, emitted tokens) under speculative sampling.
 
     p_target: (k+1, V) processed target distributions; p_draft: (k, V) processed draft distributions,
-    or None for a point-mass proposal; draft_tokens: (k,).
+    or None for a point-mass proposal; draft_tokens: (k,). ``draws`` replaces the generator's draws.
     """
+    draws = draws or Draws(generator)
     k = draft_tokens.shape[0]
     if k == 0:
-        return 0, [int(torch.multinomial(p_target[0], 1, generator=generator))]
+        return 0, [int(draws.categorical(p_target[0]))]
     if p_draft is None:
         p_draft = one_hot(draft_tokens, p_target.shape[-1])
-    u = torch.rand(k, generator=generator, device=p_target.device)
-    keep = (u < accept_probability(p_target[:k], p_draft, draft_tokens)).int().cumprod(dim=0)
+    u = draws.uniform(k, p_target.device)
+    keep = (u < accept_probability(p_target[:k], p_draft, draft_tokens)).int().cumprod(dim=0)  # 1 to the first reject
     n = int(keep.sum())
     if n == k:
         dist = p_target[k]  # every draft token kept: bonus token from the target
     else:
         dist = residual_distribution(p_target[n], p_draft[n])
-    nxt = torch.multinomial(dist, 1, generator=generator)
+    nxt = draws.categorical(dist)
     return n, torch.cat([draft_tokens[:n], nxt]).tolist()

@@ -9,9 +9,10 @@ computed once, and (for small unquantized models) fused QKV / gate-up products.
 
 Linear layers are plain weights, or bitsandbytes modules called as they are (4-bit, 8-bit), so the
 same quantized kernels run as under transformers. Tests check the logits against transformers' to
-1e-4 and greedy decoding against ``generate`` token for token. Models it cannot run exactly (sliding
-windows, other activations, custom layers) fall back to the transformers forward;
-:func:`unsupported_reason` says why.
+1e-4 and greedy decoding against ``generate`` token for token. Models it cannot run exactly (other
+activations, custom layers, per-layer sliding windows) fall back to the transformers forward;
+:func:`unsupported_reason` says why. A model whose every layer slides (Mistral v0.1) runs here for sequences
+shorter than its window, where the window changes nothing (:func:`sliding_window`).
 """
 
 from __future__ import annotations
@@ -43,10 +44,8 @@ def unsupported_reason(model) -> str | None:
         return f"architecture {cfg.model_type!r} has no lean path"
     if getattr(cfg, "hidden_act", "silu") != "silu":
         return f"activation {cfg.hidden_act!r}"
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) and cfg.model_type != "qwen2":
-        return "sliding-window attention"
     if cfg.model_type == "qwen2" and getattr(cfg, "use_sliding_window", False):
-        return "sliding-window attention"
+        return "sliding-window attention on some layers"
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     if rope.get("rope_type", rope.get("type", "default")) == "dynamic":
         return "dynamic rotary scaling"
@@ -59,6 +58,20 @@ def unsupported_reason(model) -> str | None:
     if type(model.lm_head) is not torch.nn.Linear:
         return "custom output layer"
     return None
+
+
+def sliding_window(model) -> int | None:
+    """The attention window of a model whose every layer slides (Mistral's ``sliding_window``), else None.
+
+    Position i attends to keys j with i - window < j <= i (transformers' ``sliding_window_overlay``), so a
+    sequence shorter than the window never meets it: the lean decoder runs such sequences with plain causal
+    attention, bit for bit, and longer ones go through transformers (``sequence.ModelSequence`` decides).
+    """
+    cfg = model.config
+    if cfg.model_type == "qwen2":  # qwen2's window is off unless use_sliding_window (then no lean path at all)
+        return None
+    window = getattr(cfg, "sliding_window", None)
+    return int(window) if window else None
 
 
 def _call(lin):

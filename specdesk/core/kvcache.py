@@ -90,9 +90,18 @@ def new_cache(config, capacity: int) -> DynamicCache:
     for i, layer in enumerate(cache.layers):
         if type(layer) is DynamicLayer:
             cache.layers[i] = PreallocatedLayer(capacity=capacity)
+    if has_sliding_layers(cache):
+        # A full sliding-window layer keeps window - 1 positions and refuses to roll back ("crop ... the sliding
+        # window size was already reached") unless it records the past: then it keeps what an update appends until
+        # the next crop, which trims it back (ModelSequence.crop runs after every step).
+        cache.activate_past_recording()
     if not cache.layers:  # configs without layer types: layers appear lazily, make them ours
         cache.layer_class_to_replicate = lambda: PreallocatedLayer(capacity=capacity)
     return cache
+
+
+def has_sliding_layers(cache: DynamicCache) -> bool:
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -241,6 +241,10 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"could not load {path.name}: {first}") from None
     model.eval()
+    if qcfg is not None and device == "cpu":
+        from specdesk.core.bnb_cpu import prepare_4bit_layers
+
+        prepare_4bit_layers(model)  # bitsandbytes' packed CPU layout, where this CPU gets it (see bnb_cpu)
     name = str(ref) if str(ref) in DEMO_NAMES else path.name
     embedding_rows = model.get_input_embeddings().weight.shape[0]
     return LoadedModel(

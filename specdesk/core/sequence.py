@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
-from specdesk.core.kvcache import cache_nbytes, new_cache
+from specdesk.core.fastdraft import LeanDecoder, sliding_window, unsupported_reason
+from specdesk.core.kvcache import cache_nbytes, has_sliding_layers, new_cache
 
 PREFILL_CHUNK = 512
 
@@ -21,20 +21,30 @@ class ModelSequence:
         self.model = model
         self.device = next(model.parameters()).device
         self.lean_reason = unsupported_reason(model) if lean else "disabled"
+        self.window = sliding_window(model)
         self.decoder: LeanDecoder | None = None
         self.cache = None
+        self.sliding = False  # the transformers cache has sliding-window layers (crop after every step)
 
     @property
     def uses_lean_path(self) -> bool:
+        """Whether sequences run on the lean decoder (with a sliding window: those shorter than it)."""
         return self.lean_reason is None
+
+    def runs_lean(self, capacity: int) -> bool:
+        """Whether a sequence of ``capacity`` positions runs on the lean decoder."""
+        # capacity < window: every key within reach, and the lean buffer no larger than transformers' sliding
+        # cache (window - 1 positions), so the planner's figures hold either way
+        return self.uses_lean_path and (self.window is None or capacity < self.window)
 
     def start(self, ids: list[int], capacity: int) -> None:
         """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
         self.decoder = self.cache = None  # free the last sequence's buffers before allocating new ones
-        if self.uses_lean_path:
+        if self.runs_lean(capacity):
             self.decoder = LeanDecoder(self.model, capacity)
         else:
             self.cache = new_cache(self.model.config, capacity)
+            self.sliding = has_sliding_layers(self.cache)
         for i in range(0, len(ids), PREFILL_CHUNK):
             self.feed(torch.tensor(ids[i:i + PREFILL_CHUNK], device=self.device))
 
@@ -56,8 +66,8 @@ class ModelSequence:
         """Keep the first ``length`` positions."""
         if self.decoder is not None:
             self.decoder.crop(length)
-        elif self.cache is not None and length < self.length:
-            self.cache.crop(length - self.length)
+        elif self.cache is not None and (length < self.length or self.sliding):
+            self.cache.crop(min(0, length - self.length))  # sliding-window layers also trim back to their window
 
     def kv_bytes(self) -> int:
         """Bytes of keys and values held for the positions fed so far."""

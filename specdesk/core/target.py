@@ -36,9 +36,8 @@ class TargetRunner:
         return self.seq.feed(tokens, every=True)[:, : self.vocab]
 
     def rollback(self, n: int) -> None:
-        """Forget the last n cached positions (rejected drafts)."""
-        if n > 0:
-            self.seq.crop(self.seq.length - n)
+        """Forget the last n cached positions (rejected drafts); called after every verify (n may be 0)."""
+        self.seq.crop(self.seq.length - n)
 
     @property
     def cache_len(self) -> int:

@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
-from specdesk.core.plan.quant import FP32, QuantSpec, dtype_bytes, linear_weight_bytes
+from specdesk.core.bnb_cpu import packable
+from specdesk.core.plan.quant import BF16, FP32, QuantSpec, dtype_bytes, linear_weight_bytes
 
 MiB = 2**20
 PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
@@ -71,17 +72,20 @@ class WeightBytes:
         return self.quantized + self.kept + self.lean_copies
 
 
-def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = False) -> WeightBytes:
+def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = False,
+                 cpu_packed: bool = False) -> WeightBytes:
     """Weights of ``a`` loaded with ``spec`` in ``dtype`` (bytes, after bitsandbytes, as held in memory).
 
     lean: include the copies the lean decoder makes while generating (``a`` alone, as loaded, has none).
+    cpu_packed: 4-bit layers in bitsandbytes' packed CPU layout (``bnb_cpu.cpu_packs_4bit()`` on a CPU).
     """
     b = dtype_bytes(dtype)
     if a.prequantized:
         if a.stored_bytes is None:
             raise ValueError("a pre-quantized checkpoint is planned from its weights files")
         return WeightBytes(a.stored_bytes, 0)
-    quantized = sum(linear_weight_bytes(lin.numel, lin.out_features, spec, b) for lin in a.linears)
+    quantized = sum(linear_weight_bytes(lin.numel, lin.out_features, spec, b, lin.in_features, cpu_packed)
+                    for lin in a.linears)
     copies = 0
     fuses = a.uses_lean_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
     if lean and spec.method == "none" and fuses:
@@ -114,8 +118,13 @@ def logits_bytes(a: ModelAnalysis, k: int, dtype: str, *, as_draft: bool = False
     return rows * v * dtype_bytes(dtype) + SAMPLING_COPIES * rows * v * FP32
 
 
-def prefill_activation_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, context: int) -> int:
-    """Peak of one prefill chunk's live tensors (the KV cache itself is counted separately)."""
+def prefill_activation_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, context: int,
+                             cpu_packed: bool = False) -> int:
+    """Peak of one prefill chunk's live tensors (the KV cache itself is counted separately).
+
+    cpu_packed: 4-bit layers in bitsandbytes' packed CPU layout, whose fused kernel takes any number of rows
+    without dequantizing the weight (it works on a bfloat16 copy of the input).
+    """
     b = dtype_bytes(dtype)
     c = max(1, min(PREFILL_CHUNK, context))
     h, i = a.hidden_size, a.intermediate_size
@@ -133,7 +142,9 @@ def prefill_activation_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, cont
     mlp = 3 * c * i * b  # gate, up, act(gate) * up
     dequant = 0
     big = a.max_linear
-    if big is not None and spec.is_4bit:
+    if big is not None and spec.is_4bit and cpu_packed and packable(big.out_features, big.in_features):
+        dequant = c * (big.in_features + big.out_features) * BF16  # bfloat16 input and output of the fused kernel
+    elif big is not None and spec.is_4bit:
         dequant = big.numel * b  # a multi-token 4-bit matmul dequantizes the whole weight first
     elif big is not None and spec.method == "int8":
         dequant = c * big.in_features + c * big.out_features * 4  # int8 activations + int32 accumulators

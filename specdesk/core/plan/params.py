@@ -99,6 +99,12 @@ class ModelAnalysis:
     def uses_lean_path(self) -> bool:
         return self.lean_fused_params > 0
 
+    def runs_lean(self, capacity: int) -> bool:
+        """Whether a sequence of ``capacity`` positions runs on the lean decoder (sequence.ModelSequence.runs_lean:
+        a sliding-window model only below its window, whose cache keeps window - 1 positions)."""
+        caps = [c for c in self.kv.layers if c is not None]
+        return self.uses_lean_path and (not caps or capacity <= min(caps))
+
 
 # ----------------------------------------------------------------------------- the meta-device model
 

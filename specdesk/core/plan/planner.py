@@ -24,6 +24,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
 from specdesk.core.pairing import resolve_drafter
 from specdesk.core.plan import history
@@ -202,10 +203,15 @@ class _Config:
     overheads: Overheads
 
     def __post_init__(self) -> None:
-        self.t_weights = weight_bytes(self.target, self.target_quant, self.dtype, lean=True)
-        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, lean=True)
-                          if self.draft else WeightBytes(0, 0))
         self.cuda = self.device.startswith("cuda")
+        # bitsandbytes' packed CPU layout for the 4-bit layers of a bfloat16 model, where this CPU gets it (bnb_cpu;
+        # asked only then: it imports bitsandbytes)
+        packs = not self.cuda and packs_for_dtype(self.dtype)
+        self.t_packed = packs and self.target_quant.is_4bit
+        self.d_packed = packs and self.draft is not None and self.draft_quant.is_4bit
+        self.t_weights = weight_bytes(self.target, self.target_quant, self.dtype, lean=True, cpu_packed=self.t_packed)
+        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, lean=True, cpu_packed=self.d_packed)
+                          if self.draft else WeightBytes(0, 0))
         self.verify_k = self.k if self.drafting else 0
         self.t_logits = logits_bytes(self.target, self.verify_k, self.dtype)
         self.d_logits = logits_bytes(self.draft, self.k, self.dtype, as_draft=True) if self.draft else 0
@@ -215,13 +221,14 @@ class _Config:
     def parts(self, context: int) -> dict:
         cap = capacity(context, self.k)
         t_kv = kv_cache_bytes(self.target, cap, self.dtype)
-        if self.t_lean:
+        if self.t_lean and self.target.runs_lean(cap):
             t_kv += lean_table_bytes(self.target, cap, self.dtype)
         d_kv = kv_cache_bytes(self.draft, cap, self.dtype) if self.draft else 0
-        if self.d_lean:
+        if self.d_lean and self.draft.runs_lean(cap):
             d_kv += lean_table_bytes(self.draft, cap, self.dtype)
-        t_act = prefill_activation_bytes(self.target, self.target_quant, self.dtype, context)
-        d_act = prefill_activation_bytes(self.draft, self.draft_quant, self.dtype, context) if self.draft else 0
+        t_act = prefill_activation_bytes(self.target, self.target_quant, self.dtype, context, self.t_packed)
+        d_act = (prefill_activation_bytes(self.draft, self.draft_quant, self.dtype, context, self.d_packed)
+                 if self.draft else 0)
         transient = max(t_act, d_act, self.t_logits + self.d_logits)
         tensors = self.t_weights.total + self.d_weights.total + t_kv + d_kv + transient
         headroom = int(self.overheads.allocator_headroom * tensors)
@@ -259,12 +266,16 @@ def _context_limit(a: ModelAnalysis) -> int:
 
 
 def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: WeightBytes, kv: int, cap: int,
-                logits: int, act: int, k: int, lean: bool = False) -> ModelPlan:
+                logits: int, act: int, k: int, lean: bool = False, cpu_packed: bool = False) -> ModelPlan:
     quant_label = f"prequantized ({a.prequantized})" if a.prequantized else spec.label
+    notes = a.notes
     if a.prequantized:
         rows = [Row(f"weights as stored ({a.prequantized})", w.quantized)]
     else:
         what = f"{spec.label} (bitsandbytes)" if spec.method != "none" else dtype
+        if cpu_packed:
+            what = f"{spec.label} (bitsandbytes, packed CPU layout)"
+            notes = notes + (packed_layout_note(a, spec),)
         rows = [Row(f"weights: {len(a.linears)} linear layers in {what}", w.quantized),
                 Row(f"weights kept in {dtype}: embeddings, lm_head, norms, biases", w.kept)]
     if w.lean_copies:
@@ -280,11 +291,23 @@ def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: Wei
     else:
         rows.append(Row(f"draft distributions per step: {k} x {a.vocab_size} float32", logits))
     rows.append(Row("prefill activation peak (512-token chunks)", act))
-    notes = a.notes + (("the KV layout is unknown: KV cache not counted",) if not a.kv.known else ())
+    notes = notes + (("the KV layout is unknown: KV cache not counted",) if not a.kv.known else ())
     return ModelPlan(role=role, name=a.name, path=a.path, architecture=a.architecture, source=a.source,
                      estimated=a.estimated or not a.kv.known, params=a.params, quant=quant_label, dtype=dtype,
                      weight_bytes=w.total, quantized_bytes=w.quantized, kept_bytes=w.kept, kv_bytes=kv,
                      kv_positions=cap, logits_bytes=logits, activation_bytes=act, rows=tuple(rows), notes=notes)
+
+
+def packed_layout_note(a: ModelAnalysis, spec: QuantSpec) -> str:
+    """What the plan assumed for 4-bit layers on a CPU where bitsandbytes packs them (see core/bnb_cpu.py)."""
+    kept = sum(1 for lin in a.linears if not packable(lin.out_features, lin.in_features))
+    text = ("4-bit layout assumed: bitsandbytes' packed CPU layout (this CPU has AVX-512 BF16 and the model is "
+            "bfloat16): absmax in bfloat16")
+    if spec.double_quant:
+        text += ", double quantization undone (it saves nothing here)"
+    if kept:
+        text += f"; {kept} of {len(a.linears)} layers keep the unpacked layout (shapes the packed kernel refuses)"
+    return text
 
 
 # ----------------------------------------------------------------------------- candidates
@@ -372,11 +395,11 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads)
     parts = cfg.parts(context)
     t_plan = _model_plan("target", t_a, t_spec, pdtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
-                         cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean)
+                         cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean, cfg.t_packed)
     d_plan = None
     if d_a is not None:
         d_plan = _model_plan("draft", d_a, d_spec, pdtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
-                             cfg.d_logits, parts["d_act"], cfg.k, cfg.d_lean)
+                             cfg.d_logits, parts["d_act"], cfg.k, cfg.d_lean, cfg.d_packed)
     transient_label = "largest transient: " + max(
         (("target prefill activations", parts["t_act"]), ("draft prefill activations", parts["d_act"]),
          ("one decode step's logits", cfg.t_logits + cfg.d_logits)), key=lambda x: x[1])[0]

@@ -12,6 +12,11 @@ Sources: bitsandbytes 0.45-0.50, ``bitsandbytes/nn/modules.py`` (``Int8Params``,
   blocks, a float32 offset and a copy of the 256-entry float32 dynamic map per layer
   (``quantize_blockwise`` stores ``code.to(device, copy=True)`` in each state).
 
+On CPUs with AVX-512 BF16, bitsandbytes >= 0.49 repacks 4-bit weights for its fused CPU kernel (see
+``specdesk.core.bnb_cpu``, which packs at load time): same 4-bit bytes, absmax as bfloat16 (2 bytes per block
+of 64), double quantization undone (its float32 offset kept), for layers whose shape the kernel takes
+(``bnb_cpu.packable``); the others stay in the layout above.
+
 Biases of quantized layers stay in the compute dtype. transformers keeps embeddings, the output
 projection (lm_head) and anything tied to them unquantized (``get_keys_to_not_convert``); norms are not
 linear layers, so they are never quantized either.
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specdesk.core.bnb_cpu import packable
 from specdesk.core.errors import BadSetting
 
 METHODS = ("none", "int8", "nf4", "fp4")
@@ -30,6 +36,7 @@ DQ_BLOCKSIZE = 256  # quantize_blockwise(absmax, blocksize=256) for double quant
 CODE_4BIT_BYTES = 16 * 4  # get_4bit_type: 16 float32 values, a new tensor per quantized layer
 DYNAMIC_MAP_BYTES = 256 * 4  # create_dynamic_map(), copied into every nested state
 FP32 = 4
+BF16 = 2
 
 # Quality order for ranking: the output of an exact speculative decoder is the target's own, so the
 # target's quantization is what decides the quality of the text.
@@ -77,14 +84,22 @@ class QuantSpec:
         return QUALITY_ORDER.index(self.label)
 
 
-def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_bytes: int) -> int:
-    """Bytes of one linear layer's weight (without bias) as stored after loading with ``spec``."""
+def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_bytes: int,
+                        in_features: int | None = None, cpu_packed: bool = False) -> int:
+    """Bytes of one linear layer's weight (without bias) as stored after loading with ``spec``.
+
+    cpu_packed: bitsandbytes' packed CPU layout applies (this CPU gets it); only layers whose shape the packed
+    kernel takes are packed, so ``in_features`` is needed with it.
+    """
     if spec.method == "none":
         return numel * dtype_bytes
     if spec.method == "int8":
         return numel + FP32 * out_features  # int8 CB + float32 SCB per output row
     blocks = _ceil_div(numel, BLOCKSIZE_4BIT)
     packed = _ceil_div(numel, 2)  # Params4bit: uint8 tensor of shape ((n + 1) // 2, 1)
+    if cpu_packed and in_features is not None and packable(out_features, in_features):
+        # (N, K/2) uint8, bfloat16 absmax (K/64, N), the code book; double quantization undone, offset kept
+        return packed + BF16 * blocks + CODE_4BIT_BYTES + (FP32 if spec.double_quant else 0)
     if spec.double_quant:
         # uint8 absmax + state2.absmax (float32 per 256 blocks) + offset + state2.code
         absmax = blocks + FP32 * _ceil_div(blocks, DQ_BLOCKSIZE) + FP32 + DYNAMIC_MAP_BYTES

@@ -1,0 +1,156 @@
+"""The law of ``verify_sampled`` itself, computed exactly by enumerating its random draws.
+
+``verify_sampled`` draws one uniform per drafted token and then one categorical token (``acceptance.Draws``).
+The outcome depends on each uniform only through which side of its acceptance probability it falls, so the
+uniforms are enumerated as the intervals between this call's acceptance probabilities (with each interval's
+length as its probability), and the categorical draw as every token (with its probability in the distribution
+the rule passes). That covers the cumulative product (accepted prefix), the index of the first rejection, the
+residual distribution and the bonus token, in the implementation's own code.
+
+A small "world" of conditional distributions (target and draft, for every prefix of up to k tokens, after
+temperature / top-k / top-p) stands in for the models. For every draft sequence (weighted by the draft's law;
+prompt lookup: one fixed sequence, a point mass), the tokens verify emits are completed to k + 1 tokens by the
+target's own law; the result must be the target's joint law of k + 1 tokens, to 1e-12.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+import pytest
+import torch
+
+from specdesk.core.acceptance import accept_probability, one_hot, verify_sampled
+from specdesk.core.sampling import SamplingConfig, process_logits
+
+V = 5
+
+
+class FixedDraws:
+    """verify_sampled's draws, fixed: these uniforms, then token ``pick`` (the distribution passed is recorded)."""
+
+    def __init__(self, u: torch.Tensor, pick: int) -> None:
+        self.u, self.pick, self.dist = u, pick, None
+
+    def uniform(self, n: int, device) -> torch.Tensor:
+        assert n == self.u.shape[0]
+        return self.u
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        self.dist = probs
+        return torch.tensor([self.pick])
+
+
+def verify_law(p_target: torch.Tensor, p_draft: torch.Tensor | None, tokens: torch.Tensor) -> dict:
+    """{emitted tokens: probability} of one verify_sampled call, exactly."""
+    k = tokens.shape[0]
+    law: dict[tuple, float] = defaultdict(float)
+    if k == 0:
+        branches = [(torch.zeros(0, dtype=torch.float64), 1.0)]
+    else:
+        pd = p_draft if p_draft is not None else one_hot(tokens, p_target.shape[-1]).double()
+        a = accept_probability(p_target[:k], pd, tokens).tolist()
+        cuts = sorted({0.0, 1.0, *a})
+        intervals = [((lo + hi) / 2, hi - lo) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+        branches = []
+        for combo in itertools.product(intervals, repeat=k):
+            u = torch.tensor([mid for mid, _ in combo], dtype=torch.float64)
+            weight = 1.0
+            for _, length in combo:
+                weight *= length
+            branches.append((u, weight))
+    for u, weight in branches:
+        for pick in range(p_target.shape[-1]):
+            draws = FixedDraws(u, pick)
+            n, emitted = verify_sampled(p_target, p_draft, tokens, None, draws=draws)
+            mass = weight * float(draws.dist[pick])
+            if mass > 0:
+                law[tuple(emitted)] += mass
+                assert emitted[:n] == tokens[:n].tolist()
+    return law
+
+
+def make_world(seed: int, cfg: SamplingConfig, depth: int):
+    """Conditional distributions of a target and a draft for every prefix of length <= depth (float64)."""
+    g = torch.Generator().manual_seed(seed)
+    target, draft = {}, {}
+    for length in range(depth + 1):
+        for prefix in itertools.product(range(V), repeat=length):
+            lt = torch.randn(V, generator=g, dtype=torch.float64) * 2
+            ld = lt + torch.randn(V, generator=g, dtype=torch.float64) * 1.5  # a draft that half agrees
+            for table, logits in ((target, lt), (draft, ld)):
+                p = process_logits(logits, cfg).double()  # float32 from the real processing, renormalised in
+                table[prefix] = p / p.sum()  # float64 so the law can be checked to 1e-12
+    return target, draft
+
+
+def target_law(target: dict, length: int) -> dict:
+    law = {}
+    for seq in itertools.product(range(V), repeat=length):
+        p = 1.0
+        for j in range(length):
+            p *= float(target[seq[:j]][seq[j]])
+        law[seq] = p
+    return law
+
+
+def completed_law(target: dict, draft: dict | None, k: int, lookup: tuple[int, ...] = ()) -> dict:
+    """Law of the first k + 1 tokens: one verify step over drafted tokens, the rest from the target's own law."""
+    law: dict[tuple, float] = defaultdict(float)
+    drafts = [(tuple(lookup), 1.0)] if draft is None else []
+    if draft is not None:
+        for d in itertools.product(range(V), repeat=k):
+            w = 1.0
+            for j in range(k):
+                w *= float(draft[d[:j]][d[j]])
+            if w > 0:
+                drafts.append((d, w))
+    for d, w in drafts:
+        p_target = torch.stack([target[d[:j]] for j in range(k + 1)])  # (k+1, V): after each drafted prefix
+        p_draft = torch.stack([draft[d[:j]] for j in range(k)]) if draft is not None and k else None
+        for emitted, mass in verify_law(p_target, p_draft, torch.tensor(d, dtype=torch.long)).items():
+            for rest in itertools.product(range(V), repeat=k + 1 - len(emitted)):
+                seq = emitted + rest
+                p = w * mass
+                for j in range(len(emitted), k + 1):
+                    p *= float(target[seq[:j]][seq[j]])
+                law[seq] += p
+    return law
+
+
+CONFIGS = [SamplingConfig(temperature=1.0), SamplingConfig(temperature=0.7, top_k=3),
+           SamplingConfig(temperature=1.3, top_p=0.8), SamplingConfig(temperature=0.9, top_k=4, top_p=0.7)]
+
+
+@pytest.mark.parametrize("k", [0, 1, 2, 3])
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["t1", "topk", "topp", "topk-topp"])
+def test_verify_sampled_with_a_draft_gives_the_target_law(cfg, k):
+    target, draft = make_world(seed=10 + k, cfg=cfg, depth=k)
+    want = target_law(target, k + 1)
+    got = completed_law(target, draft, k)
+    assert abs(sum(got.values()) - 1.0) < 1e-12
+    assert max(abs(got.get(s, 0.0) - p) for s, p in want.items()) < 1e-12
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("cfg", CONFIGS[1:], ids=["topk", "topp", "topk-topp"])
+def test_verify_sampled_with_prompt_lookup_point_masses_gives_the_target_law(cfg, k):
+    target, _ = make_world(seed=20 + k, cfg=cfg, depth=k)
+    want = target_law(target, k + 1)
+    for lookup in ((0,) * k, tuple(range(k)), tuple(V - 1 - j for j in range(k))):  # likely, mixed, unlikely
+        got = completed_law(target, None, k, lookup)
+        assert max(abs(got.get(s, 0.0) - p) for s, p in want.items()) < 1e-12, lookup
+
+
+def test_the_enumeration_has_teeth():
+    """Keeping every drafted token (uniforms all 0) is not the target's law: the check above would see it."""
+    cfg = SamplingConfig(temperature=1.0)
+    target, draft = make_world(seed=3, cfg=cfg, depth=2)
+    d = (1, 2)
+    p_target = torch.stack([target[d[:j]] for j in range(3)])
+    p_draft = torch.stack([draft[d[:j]] for j in range(2)])
+    honest = verify_law(p_target, p_draft, torch.tensor(d))
+    assert 0 < honest.get((1, 2, 0), 0) + honest.get((1, 2, 1), 0) < 1  # some mass on full acceptance, not all
+    n, _ = verify_sampled(p_target, p_draft, torch.tensor(d), None, draws=FixedDraws(torch.zeros(2, dtype=torch.float64), 0))
+    assert n == 2  # u = 0 accepts everything the draft could propose: a biased rule the law test rejects
