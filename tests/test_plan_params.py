@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -182,9 +181,8 @@ def test_not_a_model_folder(tmp_path):
 def test_analysis_is_cached_and_refreshed_on_change(tmp_path):
     folder = config_folder(tmp_path, "qwen2.5-0.5b")
     first = analyze(folder)
-    t0 = time.perf_counter()
     again = analyze(folder)
-    assert again is first and time.perf_counter() - t0 < 0.05
+    assert again is first  # the same object: served from the cache, nothing rebuilt
     cfg = json.loads((folder / "config.json").read_text())
     cfg["num_hidden_layers"] = 12
     (folder / "config.json").write_text(json.dumps(cfg))

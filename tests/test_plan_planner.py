@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -169,13 +168,19 @@ def test_demo_pair_on_the_cpu_with_discovery():
     json.dumps(p.to_dict())  # plain values only
 
 
-def test_config_only_replan_is_fast(llama_pair):
+def test_config_only_replan_reuses_the_analyses(llama_pair, monkeypatch):
+    """Re-planning at another context builds no model again (the GUI re-plans on every setting change); how fast
+    that is gets measured outside the suite, not asserted on a shared machine."""
+    from specdesk.core.plan import params
+
     t, d = llama_pair
     plan(str(t), str(d), device="cuda", context=8192, budget_bytes=24 * GiB, candidate_drafts=[])  # warm the cache
-    t0 = time.perf_counter()
+    built = []
+    real = params.meta_model
+    monkeypatch.setattr(params, "meta_model", lambda path: built.append(path) or real(path))
     for ctx in (2048, 4096, 8192, 16384, 32768):
         plan(str(t), str(d), device="cuda", context=ctx, budget_bytes=24 * GiB, candidate_drafts=[])
-    assert (time.perf_counter() - t0) / 5 < 0.2
+    assert built == []
 
 
 @pytest.mark.parametrize("kwargs,needle", [
