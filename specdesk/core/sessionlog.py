@@ -56,10 +56,12 @@ class SessionLogWriter:
         self._f.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._f.flush()
 
-    def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None) -> int:
+    def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None,
+              **extra) -> int:
+        """Start a generation; ``extra`` keys (e.g. a server's ``request``) go into its line as they are."""
         self._generation += 1
         self._write({"type": "generation", "index": self._generation, "created": _now(), "drafter": drafter,
-                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens})
+                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens, **extra})
         return self._generation
 
     def event(self, ev) -> None:
