@@ -25,7 +25,6 @@ import select
 import socket
 import threading
 import time
-import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -205,6 +204,13 @@ class Handler(BaseHTTPRequestHandler):
                     return None
 
     def _generate(self, req: P.ParsedRequest) -> None:
+        self.app.active.acquire()
+        try:
+            self._generate_job(req)
+        finally:
+            self.app.active.release()
+
+    def _generate_job(self, req: P.ParsedRequest) -> None:
         job = Job(id=P.new_id(req.kind), request=req, client=self.client_address[0],
                   timing=P.Timing(received=time.monotonic()))
         created = P.now()
@@ -305,6 +311,27 @@ class Handler(BaseHTTPRequestHandler):
         self._drain(job)
 
 
+class _Active:
+    """A count of handlers in a generation, and a way to wait until none is."""
+
+    def __init__(self) -> None:
+        self._n = 0
+        self._cond = threading.Condition()
+
+    def acquire(self) -> None:
+        with self._cond:
+            self._n += 1
+
+    def release(self) -> None:
+        with self._cond:
+            self._n -= 1
+            self._cond.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self._n == 0, timeout)
+
+
 class SpecdeskServer:
     """The server object: start() listens on a background thread, stop() cancels work and closes the log."""
 
@@ -326,7 +353,7 @@ class SpecdeskServer:
             raise BadSetting(f"cannot listen on {address}:{port}: {e.strerror or e}") from None
         self.httpd.app = self
         self._thread: threading.Thread | None = None
-        self.instance = uuid.uuid4().hex[:8]
+        self.active = _Active()  # handlers answering a generation request
 
     @property
     def address(self) -> tuple[str, int]:
@@ -386,6 +413,7 @@ class SpecdeskServer:
             self.httpd.shutdown()
             self._thread.join(10)
         self.loop.stop()
+        self.active.wait_idle(10)  # let cancelled streams write their last chunks and [DONE]
         self.httpd.server_close()
 
     @property
