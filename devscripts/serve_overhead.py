@@ -1,15 +1,16 @@
-"""Tokens/s through `specdesk serve` against `specdesk generate`, on the same prompts, side by side in one run.
+"""Tokens/s through `specdesk serve` against `specdesk generate`'s engine loop, same prompts, side by side in one run.
 
     python devscripts/serve_overhead.py [--repeats 3] [--max-new-tokens 128] [--json OUT]
 
-The server (demo pair, k=4, greedy) runs as a subprocess for the whole run; `specdesk generate --json` runs
-once per prompt and repeat (interleaved with the server's request, order alternating per repeat, so machine
-drift falls on both). Per prompt it reports:
-- generate: the engine's decode tokens/s (first step to last, prefill excluded);
-- server, engine: the same figure from the server's response (the engine on the server's thread);
-- server, client: tokens over the client's wall time from the request to the last streamed token, minus
-  the prefill seconds the server reports: decode seen through HTTP, JSON and server-sent events;
-- end to end: generate's prefill + decode seconds against the client's whole request (headers to [DONE]).
+One process loads the demo pair once (k=4, greedy) and, for every prompt and repeat, generates it twice,
+back to back, order alternating per repeat: directly (the loop `specdesk generate` runs: engine.stream) and
+through a SpecdeskServer on the same engine, read by an HTTP client streaming server-sent events. Sharing
+the process and the model removes load time and model differences, and back-to-back pairs keep a busy
+machine's drift out of the ratios. Per prompt:
+- direct: the engine's decode tokens/s (first step to last, prefill excluded), as `specdesk generate` prints;
+- server, engine: the same figure measured inside the server (the engine on the server's thread);
+- server, client: tokens over the client's wall time from sending the request to the last streamed token,
+  minus the prefill seconds the server reports: decode as a client sees it through HTTP, JSON and SSE.
 Greedy outputs are compared token for token. Prompts: one per bench category (specdesk.core.bench.suite).
 """
 
@@ -18,15 +19,13 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def cpu_name() -> str:
     try:
@@ -71,15 +70,14 @@ def via_server(host: str, port: int, prompt: str, n: int) -> dict:
             "wall": t_end - t0, "engine_wall": stats["prefill_seconds"] + stats["decode_seconds"]}
 
 
-def via_generate(prompt: str, n: int) -> dict:
-    r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--prompt", prompt, "--max-new-tokens", str(n),
-                        "--k", "4", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        raise SystemExit(r.stderr)
-    out = json.loads(r.stdout)
-    s = out["stats"]
-    return {"token_ids": out["token_ids"], "tps": s["tokens_per_second"],
-            "wall": s["prefill_seconds"] + s["decode_seconds"]}
+def direct(engine, prompt: str, n: int) -> dict:
+    from specdesk.core.events import DoneEvent
+
+    done = None
+    for ev in engine.stream(prompt, max_new_tokens=n, k=4):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    return {"token_ids": list(done.token_ids), "tps": done.stats.tokens_per_second}
 
 
 def main() -> int:
@@ -89,45 +87,48 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
+    import specdesk
     from specdesk.core.bench.suite import build_suite
+    from specdesk.serve import EngineHost, SpecdeskServer
 
     prompts = build_suite(per_category=1)
-    server = subprocess.Popen([sys.executable, "-m", "specdesk", "serve", "--port", "0", "--log", "/dev/null"],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    engine = specdesk.load("demo-target", "demo-draft")
+    import tempfile
+
+    log = Path(tempfile.mkdtemp(prefix="specdesk-overhead-")) / "server.jsonl"  # the server logs as it always does
+    server = SpecdeskServer(EngineHost(engine), port=0, log_file=log).start()
+    host, port = server.address
     try:
-        url = server.stdout.readline().split(" at ", 1)[1].split(" ", 1)[0]
-        host, port = url.split("//")[1].split("/")[0].split(":")
-        via_server(host, int(port), "import os\n", 8)  # warm the server's first-call paths
+        via_server(host, port, "import os\n", 8)  # warm both paths
+        direct(engine, "import os\n", 8)
         rows = []
         for rep in range(args.repeats):
             for p in prompts:
-                order = ("server", "generate") if rep % 2 == 0 else ("generate", "server")
+                order = ("server", "direct") if rep % 2 == 0 else ("direct", "server")
                 got = {}
                 for which in order:
-                    got[which] = (via_server(host, int(port), p.text, args.max_new_tokens) if which == "server"
-                                  else via_generate(p.text, args.max_new_tokens))
-                g, s = got["generate"], got["server"]
+                    got[which] = (via_server(host, port, p.text, args.max_new_tokens) if which == "server"
+                                  else direct(engine, p.text, args.max_new_tokens))
+                g, s = got["direct"], got["server"]
                 rows.append({"repeat": rep, "prompt": p.name, "category": p.category,
                              "tokens": len(g["token_ids"]), "identical": g["token_ids"] == s["token_ids"],
                              "generate_tps": g["tps"], "server_engine_tps": s["engine_tps"],
-                             "server_client_tps": s["client_tps"], "generate_wall": g["wall"],
-                             "server_wall": s["wall"]})
+                             "server_client_tps": s["client_tps"]})
                 r = rows[-1]
-                print(f"{rep} {p.category:12} {r['tokens']:4} tok  generate {r['generate_tps']:6.1f}  server engine "
+                print(f"{rep} {p.category:12} {r['tokens']:4} tok  direct {r['generate_tps']:6.1f}  server engine "
                       f"{r['server_engine_tps']:6.1f}  client {r['server_client_tps']:6.1f} tok/s  "
                       f"identical {r['identical']}", flush=True)
     finally:
-        server.terminate()
-        server.wait(60)
+        server.stop()
 
     def med(key_a, key_b):
         return statistics.median(r[key_a] / r[key_b] for r in rows if r[key_a] and r[key_b])
 
-    summary = {"cpu": cpu_name(), "cores": __import__("os").cpu_count(), "runs": len(rows),
+    summary = {"cpu": cpu_name(), "cores": os.cpu_count(), "load_average": os.getloadavg(), "runs": len(rows),
                "identical": sum(r["identical"] for r in rows),
                "server_engine_over_generate": med("server_engine_tps", "generate_tps"),
                "server_client_over_generate": med("server_client_tps", "generate_tps"),
-               "end_to_end_generate_over_server_wall": med("generate_wall", "server_wall"),
+               "worst_client_over_generate": min(r["server_client_tps"] / r["generate_tps"] for r in rows),
                "generate_tps_median": statistics.median(r["generate_tps"] for r in rows),
                "server_client_tps_median": statistics.median(r["server_client_tps"] for r in rows)}
     print(json.dumps(summary, indent=1))

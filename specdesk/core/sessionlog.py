@@ -91,6 +91,24 @@ class SessionLogWriter:
         self.close()
 
 
+def new_log_path(folder: str | os.PathLike, engine, suffix: str = "") -> Path:
+    """A fresh file name for a session of ``engine``: ``<stamp>_<target>+<draft or drafter><suffix>.jsonl``."""
+    import re
+
+    def safe(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(text).rsplit("/", 1)[-1])[:60]
+
+    folder = Path(folder)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    pair = safe(engine.target.name) + "+" + (safe(engine.draft.name) if engine.draft else engine.drafter) + suffix
+    path = folder / f"{stamp}_{pair}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}_{pair}-{n}.jsonl"
+    return path
+
+
 def _plain(ev) -> dict:
     from dataclasses import asdict
 

@@ -9,10 +9,8 @@ event is forwarded, so killing the app loses no completed step.
 
 from __future__ import annotations
 
-import datetime as _dt
 import gc
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 
@@ -77,10 +75,6 @@ class GenerateRequest:
     drafter: str
     prompt: str = ""  # completion mode: the whole document so far
     messages: tuple[tuple[str, str], ...] = ()  # chat mode: (role, content) pairs
-
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text.rsplit("/", 1)[-1])[:60]
 
 
 class EngineWorker(QObject):
@@ -219,18 +213,11 @@ class EngineWorker(QObject):
         if self._writer is not None or self._log_broken or self._engine is None:
             return self._writer
         from specdesk.core import userdirs
-        from specdesk.core.sessionlog import SessionLogWriter
+        from specdesk.core.sessionlog import SessionLogWriter, new_log_path
         from specdesk.hw.memory import memory_snapshot
 
         eng = self._engine
-        folder = self._logs_dir or userdirs.logs_dir()
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        pair = _safe_name(eng.target.name) + "+" + (_safe_name(eng.draft.name) if eng.draft else eng.drafter)
-        path = folder / f"{stamp}_{pair}.jsonl"
-        n = 1
-        while path.exists():
-            n += 1
-            path = folder / f"{stamp}_{pair}-{n}.jsonl"
+        path = new_log_path(self._logs_dir or userdirs.logs_dir(), eng)
         device = eng.device
         try:
             self._writer = SessionLogWriter(path, eng.describe(), settings.to_dict(),

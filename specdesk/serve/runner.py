@@ -13,10 +13,8 @@ shared with its chat under one lock (whoever holds the lock generates; the other
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,10 +55,6 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     out: queue.Queue = field(default_factory=queue.Queue)
     # out carries ("error", ApiError) | ("start", prompt_tokens) | ("event", Event) | ("end", None)
-
-
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(text).rsplit("/", 1)[-1])[:60]
 
 
 class EngineLoop:
@@ -212,20 +206,10 @@ class EngineLoop:
             return self._writer
         self._close_log()
         from specdesk.core import userdirs
-        from specdesk.core.sessionlog import SessionLogWriter
+        from specdesk.core.sessionlog import SessionLogWriter, new_log_path
         from specdesk.hw.memory import memory_snapshot
 
-        path = self.log_file
-        if path is None:
-            folder = self.logs_dir or userdirs.logs_dir()
-            stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-            pair = _safe_name(engine.target.name) + "+" + (_safe_name(engine.draft.name) if engine.draft
-                                                           else engine.drafter)
-            path = folder / f"{stamp}_{pair}_serve.jsonl"
-            n = 1
-            while path.exists():
-                n += 1
-                path = folder / f"{stamp}_{pair}_serve-{n}.jsonl"
+        path = self.log_file or new_log_path(self.logs_dir or userdirs.logs_dir(), engine, "_serve")
         device = engine.device
         try:
             self._writer = SessionLogWriter(path, {**engine.describe(), "server": True}, settings.to_dict(),
