@@ -158,8 +158,8 @@ def parse_request(kind: str, body, model_ids: tuple[str, ...], max_context: int)
         v = body.get(key)
         if v not in (None, False, 0, [], {}) and not (key == "response_format" and v == {"type": "text"}):
             raise _bad(f"'{key}' is not supported by specdesk serve", key, "unsupported_parameter")
-    n = _number(body, "n", 1, int, lo=1, hi=1)
-    del n
+    if _number(body, "n", 1, int, lo=1, hi=128) != 1:
+        raise _bad("only n=1 is supported (one engine, one sequence per request)", "n")
     for key in ("presence_penalty", "frequency_penalty"):
         if _number(body, key, 0.0, lo=-2.0, hi=2.0) != 0.0:
             raise _bad(f"'{key}' is not supported (the speculative output must stay the model's own)", key,
