@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
     m.add_argument("--context", type=int, default=None,
                    help="tokens in total (prompt + new); default min(4096, the model's maximum)")
     m.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
+    m.add_argument("--gpus", type=int, default=None,
+                   help="plan for N GPUs as vLLM splits a model (tensor, then pipeline parallel); the budget is "
+                        "per GPU (see also `specdesk export vllm`)")
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
     p.add_argument("--no-recommend", action="store_true", help="skip the ranked list of configurations")
     p.set_defaults(func=run)
@@ -123,11 +126,38 @@ def run(args: argparse.Namespace) -> int:
     budget, source, device = _budget(args)
     target_quant = args.target_quant + ("+dq" if args.double_quant and args.target_quant in ("nf4", "fp4") else "")
     draft_quant = args.draft_quant + ("+dq" if args.double_quant and args.draft_quant in ("nf4", "fp4") else "")
+    from specdesk.core.plan.parallel import check_gpus
+
+    gpus = check_gpus(args.gpus) if args.gpus is not None else 1
     p = plan(args.target, args.draft, drafter=args.drafter, target_quant=target_quant, draft_quant=draft_quant,
-             dtype=args.dtype, device=device, context=args.context, k=args.k, budget_bytes=budget,
-             budget_source=source, candidate_drafts=args.candidate, recommend=not args.no_recommend)
+             dtype=args.dtype, device=device, context=args.context, k=args.k, budget_bytes=budget * gpus,
+             budget_source=source + (f", x {gpus} GPUs" if gpus > 1 else ""), candidate_drafts=args.candidate,
+             recommend=not args.no_recommend and gpus == 1)
+    par = None
+    if args.gpus is not None:
+        from specdesk.core.plan.parallel import split
+
+        par = split(p, gpus, budget)
     if args.json:
-        print(json.dumps(p.to_dict(), ensure_ascii=False))
+        print(json.dumps({**p.to_dict(), **({"parallel": par.to_dict()} if par else {})}, ensure_ascii=False))
     else:
         print_plan(p)
+        if par is not None:
+            print_parallel(par)
     return 0
+
+
+def print_parallel(par) -> None:
+    from specdesk.core.plan.planner import human_bytes
+
+    print(f"\non {par.gpus} GPUs as vLLM splits it: tensor parallel {par.tensor_parallel}, pipeline parallel "
+          f"{par.pipeline_parallel}, draft tensor parallel {par.draft_tensor_parallel}")
+    for s in par.shares:
+        draft = f", draft {human_bytes(s.draft_weights)} + KV {human_bytes(s.draft_kv)}" if s.draft_weights else ""
+        print(f"  GPU {s.index}: {human_bytes(s.total):>11} = target {human_bytes(s.target_weights)} + KV "
+              f"{human_bytes(s.target_kv)}{draft}, transient {human_bytes(s.transient)}, overheads "
+              f"{human_bytes(s.overhead)}")
+    verdict = "fits" if par.fits else "does not fit"
+    print(f"per GPU: {verdict} ({human_bytes(par.largest.total)} on the busiest of {human_bytes(par.budget_bytes)})")
+    for n in par.notes:
+        print(f"note: {n}")

@@ -56,10 +56,12 @@ class SessionLogWriter:
         self._f.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
         self._f.flush()
 
-    def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None) -> int:
+    def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None,
+              **extra) -> int:
+        """Start a generation; ``extra`` keys (e.g. a server's ``request``) go into its line as they are."""
         self._generation += 1
         self._write({"type": "generation", "index": self._generation, "created": _now(), "drafter": drafter,
-                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens})
+                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens, **extra})
         return self._generation
 
     def event(self, ev) -> None:
@@ -87,6 +89,24 @@ class SessionLogWriter:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def new_log_path(folder: str | os.PathLike, engine, suffix: str = "") -> Path:
+    """A fresh file name for a session of ``engine``: ``<stamp>_<target>+<draft or drafter><suffix>.jsonl``."""
+    import re
+
+    def safe(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._+-]+", "_", str(text).rsplit("/", 1)[-1])[:60]
+
+    folder = Path(folder)
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    pair = safe(engine.target.name) + "+" + (safe(engine.draft.name) if engine.draft else engine.drafter) + suffix
+    path = folder / f"{stamp}_{pair}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}_{pair}-{n}.jsonl"
+    return path
 
 
 def _plain(ev) -> dict:

@@ -151,6 +151,9 @@ class MainWindow(QMainWindow):
         change.clicked.connect(self.open_picker)
         plan = QPushButton("VRAM planner…")
         plan.clicked.connect(self.open_planner)
+        vllm = QPushButton("vLLM…")
+        vllm.setToolTip("The `vllm serve` command for this pair (speculative config, quantization, GPUs)")
+        vllm.clicked.connect(self.open_vllm_export)
         names = QVBoxLayout()
         names.setSpacing(0)
         names.addWidget(self.pair_label)
@@ -159,6 +162,7 @@ class MainWindow(QMainWindow):
         head.addLayout(names, 1)
         head.addWidget(change)
         head.addWidget(plan)
+        head.addWidget(vllm)
         self.cards = MetricCards()
         self.plots = PlotsPanel()
         right = QFrame()
@@ -205,7 +209,11 @@ class MainWindow(QMainWindow):
         self._action(models, "Add model folder…", self._add_folder)
         tools = mb.addMenu("&Tools")
         self.planner_action = self._action(tools, "VRAM fit planner…", self.open_planner, "Ctrl+P")
+        self._action(tools, "vLLM command…", self.open_vllm_export)
         self._action(tools, "Compare with plain decoding", self.compare)
+        from specdesk.qt.server_tools import install
+
+        self.server_tools = install(self, tools)  # Start server… / Stop server / Connect to a server…
         view = mb.addMenu("&View")
         self.highlight_action = QAction("Colour accepted draft tokens", self, checkable=True, checked=True)
         self.highlight_action.toggled.connect(self.highlight_box.setChecked)
@@ -563,6 +571,15 @@ class MainWindow(QMainWindow):
         self.planner = dlg
         return dlg
 
+    def open_vllm_export(self):
+        from specdesk.qt.vllm_dialog import VllmDialog
+
+        dlg = VllmDialog(self, self.request)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.open()
+        self.vllm_dialog = dlg
+        return dlg
+
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder")
         if folder:
@@ -649,7 +666,7 @@ class MainWindow(QMainWindow):
         s = {"controls": self.controls.values(), "highlight": self.highlight_box.isChecked(),
              "geometry": base64.b64encode(bytes(self.saveGeometry().data())).decode("ascii"),
              "splitter": base64.b64encode(bytes(self.splitter.saveState().data())).decode("ascii")}
-        if self.info is not None:
+        if self.info is not None and isinstance(self.info.request, LoadRequest):  # not a server connection
             s["pair"] = self.info.request.to_dict()
         else:
             old = (userdirs.load_settings().get("gui") or {}).get("pair")
@@ -665,6 +682,7 @@ class MainWindow(QMainWindow):
         if not self._closing:
             self._closing = True
             self._save_settings()
+            self.server_tools.shutdown()
             self._cancel.set()
             self._load_cancel.set()
             self._mem_timer.stop()

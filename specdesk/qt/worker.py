@@ -9,10 +9,8 @@ event is forwarded, so killing the app loses no completed step.
 
 from __future__ import annotations
 
-import datetime as _dt
 import gc
 import logging
-import re
 import threading
 from dataclasses import dataclass, field
 
@@ -79,10 +77,6 @@ class GenerateRequest:
     messages: tuple[tuple[str, str], ...] = ()  # chat mode: (role, content) pairs
 
 
-def _safe_name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", text.rsplit("/", 1)[-1])[:60]
-
-
 class EngineWorker(QObject):
     progress = Signal(str)
     loaded = Signal(object)  # EngineInfo
@@ -100,12 +94,20 @@ class EngineWorker(QObject):
         self._writer = None
         self._logs_dir = logs_dir
         self._log_broken = False
+        # whoever generates holds it: this thread for the chat, or the app's HTTP server (Tools → Start server…)
+        self.engine_lock = threading.Lock()
+
+    def local_engine(self):
+        """The loaded local engine, for the app's server (None while loading, or when connected to a server)."""
+        eng = self._engine
+        return None if getattr(eng, "is_remote", False) else eng
 
     # ---------------------------------------------------------------- loading
 
     @Slot(object, object)
     def load(self, req: LoadRequest, cancel: threading.Event) -> None:
-        self._drop_engine()
+        with self.engine_lock:
+            self._drop_engine()
 
         def say(msg: str) -> None:
             if cancel.is_set():
@@ -118,10 +120,13 @@ class EngineWorker(QObject):
             from specdesk.qt.tasks import warm_imports
 
             warm_imports()
-            engine = specdesk.load(req.target, req.draft, drafter=req.drafter, target_quant=req.target_quant,
-                                   draft_quant=req.draft_quant, double_quant=req.double_quant,
-                                   device=req.device,
-                                   progress=lambda m: say(m[:1].upper() + m[1:] + "…"))
+            if hasattr(req, "connect"):  # a remote server (qt/server_tools.RemoteRequest)
+                engine = req.connect(lambda m: say(m))
+            else:
+                engine = specdesk.load(req.target, req.draft, drafter=req.drafter, target_quant=req.target_quant,
+                                       draft_quant=req.draft_quant, double_quant=req.double_quant,
+                                       device=req.device,
+                                       progress=lambda m: say(m[:1].upper() + m[1:] + "…"))
             if cancel.is_set():
                 raise LoadCancelled
         except LoadCancelled:
@@ -135,7 +140,8 @@ class EngineWorker(QObject):
             log.exception("loading failed")
             self.load_failed.emit(f"could not load {req.target}: {type(e).__name__}: {e}")
             return
-        self._engine = engine
+        with self.engine_lock:
+            self._engine = engine
         self._log_broken = False
         desc = engine.describe()
         self.loaded.emit(EngineInfo(request=req, target=engine.target.name,
@@ -180,11 +186,16 @@ class EngineWorker(QObject):
             log.exception("could not start generation")
             self.failed.emit(req.tag, f"could not start: {type(e).__name__}: {e}")
             return
-        self.started.emit(req.tag, len(ids))
-        writer = self._log_writer(req.settings)
-        if writer is not None:
-            self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, len(ids)))
+        n_prompt = None if getattr(eng, "is_remote", False) else len(ids)  # a server counts its own
+        while not self.engine_lock.acquire(timeout=0.1):  # the app's server is answering a request
+            if cancel.is_set():
+                self.failed.emit(req.tag, "stopped while the app's server was answering a request")
+                return
         try:
+            self.started.emit(req.tag, n_prompt or 0)
+            writer = self._log_writer(req.settings)
+            if writer is not None:
+                self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, n_prompt))
             for ev in events:
                 if writer is not None:
                     self._log(lambda: writer.event(ev))
@@ -193,6 +204,8 @@ class EngineWorker(QObject):
             self.failed.emit(req.tag, str(e))
         except Exception as e:
             self.failed.emit(req.tag, _generation_error(e))
+        finally:
+            self.engine_lock.release()
 
     # ---------------------------------------------------------------- session log
 
@@ -200,18 +213,11 @@ class EngineWorker(QObject):
         if self._writer is not None or self._log_broken or self._engine is None:
             return self._writer
         from specdesk.core import userdirs
-        from specdesk.core.sessionlog import SessionLogWriter
+        from specdesk.core.sessionlog import SessionLogWriter, new_log_path
         from specdesk.hw.memory import memory_snapshot
 
         eng = self._engine
-        folder = self._logs_dir or userdirs.logs_dir()
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        pair = _safe_name(eng.target.name) + "+" + (_safe_name(eng.draft.name) if eng.draft else eng.drafter)
-        path = folder / f"{stamp}_{pair}.jsonl"
-        n = 1
-        while path.exists():
-            n += 1
-            path = folder / f"{stamp}_{pair}-{n}.jsonl"
+        path = new_log_path(self._logs_dir or userdirs.logs_dir(), eng)
         device = eng.device
         try:
             self._writer = SessionLogWriter(path, eng.describe(), settings.to_dict(),
