@@ -40,6 +40,11 @@ def run_app(target: str | None = None, draft: str | None = None) -> int:
     if not _has_display():
         raise SpecdeskError("the desktop app needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
                             "headless, use `specdesk generate`, `specdesk screenshot` or `specdesk report`")
+    from specdesk.qt.platform_check import check
+
+    problem = check()  # before Qt starts: a missing X11 library would make it abort without naming a package
+    if problem:
+        raise SpecdeskError(problem)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app = make_app()
     from specdesk.qt.main_window import MainWindow
