@@ -30,13 +30,17 @@ class ModelSequence:
 
     def start(self, ids: list[int], capacity: int) -> None:
         """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
-        self.decoder = self.cache = None  # free the last sequence's buffers before allocating new ones
+        self.release()  # free the last sequence's buffers before allocating new ones
         if self.uses_lean_path:
             self.decoder = LeanDecoder(self.model, capacity)
         else:
             self.cache = new_cache(self.model.config, capacity)
         for i in range(0, len(ids), PREFILL_CHUNK):
             self.feed(torch.tensor(ids[i:i + PREFILL_CHUNK], device=self.device))
+
+    def release(self) -> None:
+        """Drop the sequence's buffers (the next :meth:`start` allocates new ones)."""
+        self.decoder = self.cache = None
 
     @torch.inference_mode()
     def feed(self, ids: torch.Tensor, every: bool = False) -> torch.Tensor:
