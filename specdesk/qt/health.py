@@ -119,6 +119,7 @@ class HealthBanners(QWidget):
         self.drift = AcceptanceDrift()
         self.drafters: tuple[str, ...] = ()
         self.k: int | str = "auto"
+        self.replying = False
         self._steps = 0
 
     # ---------------------------------------------------------------- what the window tells
@@ -138,6 +139,7 @@ class HealthBanners(QWidget):
     def reply_started(self, drafter: str, k: int | str) -> None:
         self.payoff.begin(drafter)
         self.k = k
+        self.replying = True
         self._steps = 0
         for b in (self.slow, self.memory, self.oom):
             b.hide()
@@ -153,6 +155,7 @@ class HealthBanners(QWidget):
             self.judge()
 
     def reply_finished(self, drafter: str, k: int | str, greedy: bool, drafted: int, accepted: int) -> None:
+        self.replying = False
         self.judge()
         if drafter == "model":
             d = self.drift.add_reply((drafter, k, greedy), drafted, accepted)
@@ -196,8 +199,8 @@ class HealthBanners(QWidget):
 
     def _applied(self, what: str, emit: Callable[[], None]) -> None:
         emit()
-        self.slow.show_message("Applied", f"{_esc(what)} from the next reply (this one goes on as it started).",
-                               kind="info")
+        still = " (this one goes on as it started)" if self.replying else ""
+        self.slow.show_message("Applied", f"{_esc(what)} from the next reply{still}.", kind="info")
 
     # ---------------------------------------------------------------- acceptance drift
 
@@ -217,7 +220,9 @@ class HealthBanners(QWidget):
     def memory_warning(self, fit) -> None:
         """The worker did not start a reply the planner says will not fit."""
         advice = "".join(f"<li>{_esc(a)}</li>" for a in fit.advice)
-        text = _esc(fit.message()) + (f"<ul style='margin: 2px 0 0 -20px'>{advice}</ul>" if advice else "")
+        detail = fit.detail()
+        text = _esc(detail[:1].upper() + detail[1:]) + (f"<ul style='margin: 2px 0 0 -20px'>{advice}</ul>"
+                                                         if advice else "")
         actions: list[tuple[str, Callable[[], None]]] = [("Send anyway", self._send_anyway)]
         if fit.max_new_that_fit >= 1:
             n = fit.max_new_that_fit
@@ -230,6 +235,7 @@ class HealthBanners(QWidget):
         self.send_anyway.emit()
 
     def out_of_memory(self, message: str) -> None:
+        self.replying = False
         text = (f"{_esc(message[:1].upper() + message[1:])}. The reply was stopped there and its memory freed; "
                 f"the app is ready. A shorter reply, a New chat (a shorter context) or a smaller or quantized "
                 f"model needs less (the planner shows what fits).")

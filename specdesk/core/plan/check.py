@@ -42,10 +42,14 @@ class GenerationFit:
         return self.budget_bytes - self.total_bytes
 
     def message(self) -> str:
-        """One line for the window (meaningful when not ``fits``)."""
-        return (f"This reply may not fit in {self.where}: the planner counts {human_bytes(self.total_bytes)} for "
-                f"{self.prompt_tokens} prompt + {self.max_new_tokens} new tokens, margins included, and "
-                f"{human_bytes(self.budget_bytes)} is available ({self.budget_source}).")
+        """One line (meaningful when not ``fits``)."""
+        return f"This reply may not fit in {self.where}: {self.detail()}"
+
+    def detail(self) -> str:
+        """The figures behind the verdict."""
+        return (f"the planner counts {human_bytes(self.total_bytes)} for {self.prompt_tokens} prompt + "
+                f"{self.max_new_tokens} new tokens, margins included, and {human_bytes(self.budget_bytes)} is "
+                f"available ({self.budget_source}).")
 
 
 def _advice(rec: Recommendation, current: dict) -> str | None:
