@@ -1,7 +1,7 @@
 """Render the window in each state the failure-mode banners and the first run add, to PNGs, for a person to look at.
 
     QT_QPA_PLATFORM=offscreen python devscripts/gui_states.py out/states     # offscreen
-    python devscripts/gui_states.py out/states                               # on a real display (X11)
+    python devscripts/gui_states.py out/states --x11-root                    # on a real X server
 
 Every state is provoked for real, on the demo pair: the first-run welcome (a fresh settings folder),
 drafting that slows a reply (the demo target with an untrained draft of the same shape as demo-draft:
@@ -44,6 +44,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--size", default="1440x900")
+    ap.add_argument("--x11-root", action="store_true",
+                    help="also capture the X server's whole screen (ImageMagick's import) beside each window grab")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="specdesk-states-"))
@@ -89,6 +91,12 @@ def main() -> int:
         path = args.out / f"{name}.png"
         win.grab().toImage().save(str(path), "PNG")
         print(path)
+        if args.x11_root:
+            import subprocess
+
+            root = args.out / f"{name}-x11-root.png"
+            subprocess.run(["import", "-window", "root", str(root)], check=True)
+            print(root)
 
     def send(text: str, max_new: int, k: int | str = 4, drafter: str = "model"):
         c = win.controls

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
@@ -280,3 +281,6 @@ class ChatView(QTextBrowser):
     def _scroll_to_bottom(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+        # the document lays new text out later: the maximum grows after this call (on a real display the
+        # first prompt under the welcome was left below the view, and the reply then never followed)
+        QTimer.singleShot(0, self, lambda: bar.setValue(bar.maximum()))

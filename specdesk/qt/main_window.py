@@ -314,6 +314,7 @@ class MainWindow(QMainWindow):
         self.input.setPlaceholderText(
             f"Message {info.target}…   Ctrl+Enter sends" if info.chat_template else
             f"Text or code for {info.target} to continue (completion mode)…   Ctrl+Enter sends")
+        self.input.viewport().update()  # a new placeholder is not repainted on its own (seen on X11)
         self.health.pair_loaded(info.drafters)
         self.new_chat()
         if self._welcome:
@@ -554,6 +555,9 @@ class MainWindow(QMainWindow):
         if self._active is None or tag != self._active.tag:
             return
         self._on_failed(tag, msg + " (the reply was stopped and its memory freed)")
+        s = self.plots.steps  # the cards as the reply ended (they refresh at the plots' pace while it streams)
+        self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length, s.steps)
+        self.plots.refresh()
         self.health.out_of_memory(msg)
 
     def _on_log_warning(self, msg: str) -> None:
