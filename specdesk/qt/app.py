@@ -15,7 +15,24 @@ def make_app():
     app = ensure_qapp()
     app.setApplicationName("specdesk")
     app.setOrganizationName("specdesk")
+    _set_icon(app)
     return app
+
+
+def _set_icon(app) -> None:
+    """The window icon, and the desktop entry's name (Wayland shells match windows to menu entries by it)."""
+    from PySide6.QtGui import QIcon
+
+    from specdesk.commands.desktop_entry import APP_ID, icons_dir
+
+    app.setDesktopFileName(APP_ID)
+    icon = QIcon()
+    for ext in ("svg", "png"):
+        path = icons_dir() / f"{APP_ID}.{ext}"
+        if path.exists():
+            icon.addFile(str(path))
+    if not icon.isNull():
+        app.setWindowIcon(icon)
 
 
 def startup_request(target: str | None, draft: str | None, saved: LoadRequest | None) -> LoadRequest:
