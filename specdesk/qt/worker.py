@@ -154,14 +154,7 @@ class EngineWorker(QObject):
         self.close_log()
         if self._engine is not None:
             self._engine = None
-            gc.collect()
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-            except Exception:
-                pass
+            _return_memory()
 
     # ---------------------------------------------------------------- generation
 
@@ -266,14 +259,7 @@ class EngineWorker(QObject):
         """After an out-of-memory: drop the generation's KV caches and return the memory."""
         if self._engine is not None:
             self._engine.release_buffers()
-        gc.collect()
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        except Exception:
-            pass
+        _return_memory()
 
     # ---------------------------------------------------------------- session log
 
@@ -328,6 +314,18 @@ class EngineWorker(QObject):
     @Slot()
     def shutdown(self) -> None:
         self._drop_engine()
+
+
+def _return_memory() -> None:
+    """Collect what was dropped, and hand torch's cached GPU blocks back to the driver."""
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:
+        pass
 
 
 def _is_out_of_memory(e: Exception) -> bool:
