@@ -31,8 +31,8 @@ def memory_snapshot(device: str = "cpu") -> dict:
 
 def process_reader(device: str = "cpu"):
     """A cheap reader of the memory this process holds on ``device``, for a per-step memory budget:
-    the GPU memory torch reserved on CUDA, the resident set on the CPU (~15 us a reading). It returns
-    None when the figure cannot be read."""
+    the GPU memory torch reserved on CUDA, the resident set on the CPU (psutil: 60 us a reading on a busy
+    2-core machine, against 10 ms or more per decoding step). It returns None when the figure cannot be read."""
     if str(device).startswith("cuda"):
         def read_cuda() -> int | None:
             try:
