@@ -57,6 +57,7 @@ def test_installed_package_carries_and_finds_the_models(tmp_path):
     installed = target / "specdesk" / "resources" / "models"
     assert (installed / "demo-target" / "model.safetensors").exists()
     assert (installed / "demo-draft" / "model.safetensors").exists()
+    assert (installed.parent / "icons" / "org.specdesk.Specdesk.svg").exists()  # for specdesk desktop-entry
     code = ("import specdesk, specdesk.core.loading as L; p = L.resolve('demo-target'); "
             "assert 'site' in str(p) and str(p).startswith(%r), p; "
             "e = specdesk.load(); r = e.generate('import os', max_new_tokens=4); print(len(r.token_ids))"
