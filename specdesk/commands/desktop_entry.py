@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from specdesk.core.errors import SpecdeskError
+from specdesk.core.userdirs import APP_ID, icons_dir
 
-APP_ID = "org.specdesk.Specdesk"  # the desktop file's name, the icon's, AppStream's id and Qt's desktopFileName
 
 ENTRY = """[Desktop Entry]
 Type=Application
@@ -44,13 +44,6 @@ def add_parser(sub) -> None:
     p.add_argument("--exec", dest="exec_command", default=None,
                    help="the command the entry runs (default: the one that started this specdesk)")
     p.set_defaults(func=run)
-
-
-def icons_dir() -> Path:
-    """The icon files shipped with specdesk (a source checkout's resources/, or the installed package's)."""
-    from specdesk.core.loading import bundled_models_dir
-
-    return bundled_models_dir().parent / "icons"
 
 
 def launcher_command() -> str:

@@ -23,7 +23,7 @@ def _set_icon(app) -> None:
     """The window icon, and the desktop entry's name (Wayland shells match windows to menu entries by it)."""
     from PySide6.QtGui import QIcon
 
-    from specdesk.commands.desktop_entry import APP_ID, icons_dir
+    from specdesk.core.userdirs import APP_ID, icons_dir
 
     app.setDesktopFileName(APP_ID)
     icon = QIcon()
