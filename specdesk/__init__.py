@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # MKL (torch's CPU BLAS) picks a slow generic sgemm path on AMD CPUs for the small matrix products of
 # decoding: verifying 5 positions cost 3.3x one position on this EPYC, 1.7x with the AVX2 code path
-# (packaging/profile_gemm.py). Its conditional-reproducibility switch forces that path, and makes float
+# (devscripts/profile_gemm.py). Its conditional-reproducibility switch forces that path, and makes float
 # results the same on every AVX2 CPU. Read at MKL's first call, so it works as long as specdesk is imported
 # before any matrix product; a user's own setting wins.
 os.environ.setdefault("MKL_CBWR", "AVX2")

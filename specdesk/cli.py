@@ -12,7 +12,7 @@ import sys
 from specdesk import __version__
 from specdesk.core.errors import SpecdeskError
 
-COMMANDS = ("generate", "models", "plan", "bench", "report", "screenshot", "serve", "export")
+COMMANDS = ("generate", "models", "plan", "bench", "report", "screenshot", "serve", "export", "desktop_entry")
 
 
 class UsageError(SpecdeskError):

@@ -17,6 +17,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "SPECDESK_DATA_DIR" not in os.environ:
     os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-data-")
     atexit.register(shutil.rmtree, os.environ["SPECDESK_DATA_DIR"], True)
+# Windows save their size, splitters and settings (specdesk.core.userdirs): never into the user's config dir.
+if "SPECDESK_CONFIG_DIR" not in os.environ:
+    os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-config-")
+    atexit.register(shutil.rmtree, os.environ["SPECDESK_CONFIG_DIR"], True)
 
 import pytest  # noqa: E402
 

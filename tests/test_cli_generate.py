@@ -42,6 +42,14 @@ def test_generate_json_and_log(tiny_target, tiny_draft, tmp_path):
     assert "rss_bytes" in gen.steps[0]["memory"]
 
 
+def test_k_is_auto_unless_given():
+    from specdesk.cli import build_parser
+
+    assert build_parser().parse_args(["generate", "--prompt", "x"]).k == "auto"
+    assert build_parser().parse_args(["generate", "--prompt", "x", "--k", "4"]).k == 4
+    assert build_parser().parse_args(["screenshot", "out.png"]).k == "auto"
+
+
 def test_generate_streams_text(tiny_target, tiny_draft):
     r = run("generate", "--target", str(tiny_target), "--draft", str(tiny_draft), "--prompt", "import os",
             "--max-new-tokens", "10")

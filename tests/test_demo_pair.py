@@ -36,10 +36,10 @@ def test_card_acceptance_figure_is_reproducible():
     """The card's k=4 acceptance, recomputed by the card's own command (the deterministic part)."""
     ev = json.loads((MODELS / "demo-target" / "eval.json").read_text())
     card = (MODELS / "demo-target" / "README.md").read_text()
-    assert "python packaging/eval_demo.py" in card
+    assert "python devscripts/eval_demo.py" in card
     stated = ev["acceptance"]["4"]["acceptance_rate"]
     assert f"| 4 | {stated:.3f} |" in card
-    r = subprocess.run([sys.executable, "packaging/eval_demo.py", "--acceptance-only", "--ks", "4"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "devscripts/eval_demo.py", "--acceptance-only", "--ks", "4"], cwd=ROOT,
                        capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "2"})
     assert r.returncode == 0, r.stderr[-2000:]
     got = json.loads(r.stdout)["acceptance"]["4"]["acceptance_rate"]
@@ -57,6 +57,7 @@ def test_installed_package_carries_and_finds_the_models(tmp_path):
     installed = target / "specdesk" / "resources" / "models"
     assert (installed / "demo-target" / "model.safetensors").exists()
     assert (installed / "demo-draft" / "model.safetensors").exists()
+    assert (installed.parent / "icons" / "org.specdesk.Specdesk.svg").exists()  # for specdesk desktop-entry
     code = ("import specdesk, specdesk.core.loading as L; p = L.resolve('demo-target'); "
             "assert 'site' in str(p) and str(p).startswith(%r), p; "
             "e = specdesk.load(); r = e.generate('import os', max_new_tokens=4); print(len(r.token_ids))"

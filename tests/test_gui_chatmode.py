@@ -30,7 +30,8 @@ def test_chat_template_models_chat_in_turns(qtbot, tmp_path, monkeypatch, tiny_t
     win.controls.max_new.setValue(6)
     win.input.setPlainText("")  # chat mode needs a message: an empty one is not sent
     win.send()
-    assert win.state == "idle" and not win.chat.turns[1:]
+    assert win.state == "idle" and not [t for t in win.chat.turns if t.role in ("user", "assistant")]
+    assert win.input.placeholderText().startswith("Message chatty")  # the hint matches the mode
     replies = []
     for text in ("hello", "and again"):
         win.input.setPlainText(text)

@@ -88,6 +88,7 @@ def test_controls_make_validated_settings(qtbot):
 
     c = ControlsPanel()
     qtbot.addWidget(c)
+    assert c.k() == "auto"  # the default: adaptive k
     c.set_values({"k": "auto", "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 33, "seed": 5})
     s = c.settings()
     assert (s.k, s.temperature, s.top_k, s.top_p, s.max_new_tokens, s.seed) == ("auto", 0.7, 40, 0.9, 33, 5)

@@ -107,10 +107,10 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path, make, args, needle):
     assert err.startswith("specdesk: error: ") and needle in err and err.count("\n") == 1
 
 
-# ----------------------------------------------------------------------------- packaging/cuda_check_plan.py
+# ----------------------------------------------------------------------------- devscripts/cuda_check_plan.py
 
 def _check_script():
-    spec = importlib.util.spec_from_file_location("cuda_check_plan", ROOT / "packaging" / "cuda_check_plan.py")
+    spec = importlib.util.spec_from_file_location("cuda_check_plan", ROOT / "devscripts" / "cuda_check_plan.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -118,7 +118,7 @@ def _check_script():
 
 def test_cuda_check_exits_cleanly_without_cuda():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    r = subprocess.run([sys.executable, str(ROOT / "packaging" / "cuda_check_plan.py"), "--context", "256"],
+    r = subprocess.run([sys.executable, str(ROOT / "devscripts" / "cuda_check_plan.py"), "--context", "256"],
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert "skipped" in r.stdout and "CUDA" in r.stdout

@@ -43,7 +43,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
     g.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
     g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
+    g.add_argument("--k", type=k_value, default="auto",
+                   help="draft tokens per step, or 'auto' (the default: the adaptive controller picks k each step)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
 
 

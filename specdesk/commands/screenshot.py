@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p.add_argument("out", type=Path, metavar="OUT.png")
     p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text (default: the start of a Python function)")
     p.add_argument("--max-new-tokens", type=int, default=160)
-    p.add_argument("--k", default="4", help="draft tokens per step, or auto (default 4)")
+    p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
     p.add_argument("--target", default="demo-target")
     p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, else prompt lookup")
     p.add_argument("--no-compare", action="store_true", help="skip measuring plain decoding")

@@ -18,6 +18,7 @@ from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_model
+from specdesk.core.membudget import MemoryBudget, guarded
 from specdesk.core.pairing import DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
@@ -111,8 +112,11 @@ class Engine:
     # ----------------------------------------------------------------- generation
 
     def stream(self, prompt, *, cancel: threading.Event | None = None, drafter: str | None = None,
-               controller=None, **settings) -> Iterator[Event]:
-        """Yield a PrefillEvent, StepEvents and a final DoneEvent. ``settings``: see GenerationSettings."""
+               controller=None, memory_budget: MemoryBudget | None = None, **settings) -> Iterator[Event]:
+        """Yield a PrefillEvent, StepEvents and a final DoneEvent. ``settings``: see GenerationSettings.
+
+        ``memory_budget``: checked after the prefill and every step; over it, the generation raises
+        OutOfMemory (then call :meth:`release_buffers`)."""
         gs = settings.pop("settings", None) or GenerationSettings(**settings)
         name = drafter or self.drafter
         dr = self._drafter(name)
@@ -122,7 +126,20 @@ class Engine:
         if len(ids) + gs.max_new_tokens > self.max_context:
             raise BadSetting(f"prompt ({len(ids)} tokens) + max new tokens ({gs.max_new_tokens}) exceeds the "
                              f"model's context of {self.max_context} tokens")
-        return decode(self._runner, dr, self.tokenizer, ids, gs, self.target.eos_ids, controller, cancel)
+        events = decode(self._runner, dr, self.tokenizer, ids, gs, self.target.eos_ids, controller, cancel)
+        return events if memory_budget is None else guarded(events, memory_budget)
+
+    def release_buffers(self) -> None:
+        """Drop the last generation's KV caches (kept until the next prefill otherwise): after an out-of-memory,
+        or to give the memory back while idle."""
+        self._runner.seq.release()
+        if self._model_drafter is not None:
+            self._model_drafter.seq.release()
+
+    def kv_reserved_bytes(self) -> int:
+        """Bytes of KV cache buffers the target and the draft hold now."""
+        d = self._model_drafter.seq.kv_reserved_bytes() if self._model_drafter is not None else 0
+        return self._runner.kv_reserved_bytes() + d
 
     def _controller(self, gs: GenerationSettings, drafter: str):
         if drafter == "none":

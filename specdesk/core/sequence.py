@@ -39,7 +39,7 @@ class ModelSequence:
 
     def start(self, ids: list[int], capacity: int) -> None:
         """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
-        self.decoder = self.cache = None  # free the last sequence's buffers before allocating new ones
+        self.release()  # free the last sequence's buffers before allocating new ones
         if self.runs_lean(capacity):
             self.decoder = LeanDecoder(self.model, capacity)
         else:
@@ -47,6 +47,10 @@ class ModelSequence:
             self.sliding = has_sliding_layers(self.cache)
         for i in range(0, len(ids), PREFILL_CHUNK):
             self.feed(torch.tensor(ids[i:i + PREFILL_CHUNK], device=self.device))
+
+    def release(self) -> None:
+        """Drop the sequence's buffers (the next :meth:`start` allocates new ones)."""
+        self.decoder = self.cache = None
 
     @torch.inference_mode()
     def feed(self, ids: torch.Tensor, every: bool = False) -> torch.Tensor:

@@ -7,6 +7,7 @@ A file holds one session (fixed models and device) and one or more generations:
     {"type": "generation", "index": 0, "settings": {...}, "drafter": ..., "prompt": ..., "prompt_tokens": N}
     {"type": "step", "generation": 0, "index": 0, "token_ids": [...], "drafted": 4, "accepted": 3, ...}
     {"type": "summary", "generation": 0, "stop_reason": ..., "text": ..., "stats": {...}}
+    {"type": "error", "generation": 0, "message": ...}   (instead of a summary: out of memory, an engine error)
 
 ``specdesk generate --log`` writes one generation; the desktop app appends one per reply.
 """
@@ -79,6 +80,11 @@ class SessionLogWriter:
                          "text": ev.text, "token_ids": list(ev.token_ids), "stats": ev.stats.to_dict()})
             os.fsync(self._f.fileno())
 
+    def error(self, message: str) -> None:
+        """The current generation ended without a summary: out of memory, or an error of the engine."""
+        self._write({"type": "error", "generation": self._generation, "created": _now(), "message": message})
+        os.fsync(self._f.fileno())
+
     def close(self) -> None:
         if not self._f.closed:
             self._f.flush()
@@ -126,6 +132,7 @@ class Generation:
     prefill: dict | None = None
     steps: list[dict] = field(default_factory=list)
     summary: dict | None = None
+    error: str | None = None  # why it ended without a summary (out of memory, an engine error)
 
     @property
     def complete(self) -> bool:
@@ -170,6 +177,8 @@ def read_log(path: str | os.PathLike) -> SessionLog:
             gens[-1].steps.append(obj)
         elif gens and kind == "summary":
             gens[-1].summary = obj
+        elif gens and kind == "error":
+            gens[-1].error = obj.get("message")
     if header is None or header.get("format", "").split("/")[0] != FORMAT.split("/")[0]:
         raise ValueError(f"{p.name} is not a specdesk session log")
     return SessionLog(path=p, header=header, generations=gens, truncated=truncated)

@@ -1,4 +1,4 @@
-"""Where specdesk keeps its files: settings, session logs, measured memory peaks.
+"""Where specdesk keeps its files: settings, session logs, measured memory peaks; where its icons are.
 
 ``SPECDESK_CONFIG_DIR`` and ``SPECDESK_DATA_DIR`` override the platform defaults (tests use them).
 """
@@ -9,6 +9,16 @@ import json
 import os
 import tempfile
 from pathlib import Path
+
+
+APP_ID = "org.specdesk.Specdesk"  # the desktop entry's and the icon's name, AppStream's id, Qt's desktopFileName
+
+
+def icons_dir() -> Path:
+    """The icons shipped with specdesk: a source checkout's resources/icons, or the installed package's."""
+    from specdesk.core.loading import bundled_models_dir
+
+    return bundled_models_dir().parent / "icons"
 
 
 def config_dir() -> Path:

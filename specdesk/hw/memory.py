@@ -29,6 +29,36 @@ def memory_snapshot(device: str = "cpu") -> dict:
     return out
 
 
+def process_reader(device: str = "cpu"):
+    """A cheap reader of the memory this process holds on ``device``, for a per-step memory budget:
+    the GPU memory torch reserved on CUDA, the resident set on the CPU (psutil: 60 us a reading on a busy
+    2-core machine, against 10 ms or more per decoding step). It returns None when the figure cannot be read."""
+    if str(device).startswith("cuda"):
+        def read_cuda() -> int | None:
+            try:
+                import torch
+
+                return int(torch.cuda.memory_reserved(torch.device(device)))
+            except Exception:
+                return None
+
+        return read_cuda
+    try:
+        import psutil
+
+        proc = psutil.Process()
+    except Exception:
+        return lambda: None
+
+    def read_rss() -> int | None:
+        try:
+            return int(proc.memory_info().rss)
+        except Exception:
+            return None
+
+    return read_rss
+
+
 # ----------------------------------------------------------------------------- peaks and budgets
 
 def peak_memory_bytes(device: str = "cpu") -> int | None:

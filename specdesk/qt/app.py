@@ -15,7 +15,24 @@ def make_app():
     app = ensure_qapp()
     app.setApplicationName("specdesk")
     app.setOrganizationName("specdesk")
+    _set_icon(app)
     return app
+
+
+def _set_icon(app) -> None:
+    """The window icon, and the desktop entry's name (Wayland shells match windows to menu entries by it)."""
+    from PySide6.QtGui import QIcon
+
+    from specdesk.core.userdirs import APP_ID, icons_dir
+
+    app.setDesktopFileName(APP_ID)
+    icon = QIcon()
+    for ext in ("svg", "png"):
+        path = icons_dir() / f"{APP_ID}.{ext}"
+        if path.exists():
+            icon.addFile(str(path))
+    if not icon.isNull():
+        app.setWindowIcon(icon)
 
 
 def startup_request(target: str | None, draft: str | None, saved: LoadRequest | None) -> LoadRequest:
@@ -40,6 +57,11 @@ def run_app(target: str | None = None, draft: str | None = None) -> int:
     if not _has_display():
         raise SpecdeskError("the desktop app needs a display (neither DISPLAY nor WAYLAND_DISPLAY is set); "
                             "headless, use `specdesk generate`, `specdesk screenshot` or `specdesk report`")
+    from specdesk.qt.platform_check import check
+
+    problem = check()  # before Qt starts: a missing X11 library would make it abort without naming a package
+    if problem:
+        raise SpecdeskError(problem)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app = make_app()
     from specdesk.qt.main_window import MainWindow

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QColor, QFont, QTextBlockFormat, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QTextBrowser
 
@@ -59,7 +60,7 @@ class Footer:
 
 @dataclass
 class Turn:
-    role: str  # "user", "assistant", "notice" or "error"
+    role: str  # "user", "assistant", "notice", "error" or "html"
     spans: list[Span] = field(default_factory=list)
     title: str = ""
     footer: Footer | None = None
@@ -172,6 +173,17 @@ class ChatView(QTextBrowser):
         self.turns.append(Turn("error" if error else "notice", [Span(text, False)]))
         self._draw_turn(self.turns[-1])
 
+    def add_html(self, html: str) -> None:
+        """A block of rich text (the welcome): kept as a turn, so redraws keep it."""
+        self.turns.append(Turn("html", [Span(html, False)]))
+        self._draw_turn(self.turns[-1])
+
+    def pop_turns(self, n: int) -> None:
+        """Remove the last n turns (a reply that was not started after all)."""
+        if n > 0:
+            del self.turns[-n:]
+            self.redraw()
+
     def set_highlight(self, on: bool) -> None:
         self.highlight = on
         self.redraw()
@@ -185,7 +197,11 @@ class ChatView(QTextBrowser):
 
     def _draw_turn(self, t: Turn) -> None:
         stick = self._at_bottom()
-        if t.role in ("notice", "error"):
+        if t.role == "html":
+            bf = QTextBlockFormat()
+            bf.setTopMargin(8)
+            self._new_block(bf).insertHtml(t.text)
+        elif t.role in ("notice", "error"):
             bf = QTextBlockFormat()
             bf.setTopMargin(8)
             cur = self._new_block(bf)
@@ -265,3 +281,6 @@ class ChatView(QTextBrowser):
     def _scroll_to_bottom(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
+        # the document lays new text out later: the maximum grows after this call (on a real display the
+        # first prompt under the welcome was left below the view, and the reply then never followed)
+        QTimer.singleShot(0, self, lambda: bar.setValue(bar.maximum()))

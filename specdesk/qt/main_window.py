@@ -24,7 +24,8 @@ from specdesk.core.events import DoneEvent, PrefillEvent, StepEvent
 from specdesk.qt import theme
 from specdesk.qt.cards import MetricCards
 from specdesk.qt.chat import ChatView, Footer, Span, WordBuffer
-from specdesk.qt.controls import ControlsPanel
+from specdesk.qt.controls import AUTO_K, ControlsPanel
+from specdesk.qt.health import HealthBanners
 from specdesk.qt.meminfo import read_memory
 from specdesk.qt.plots import BUSY_REFRESH_MS, PlotsPanel
 from specdesk.qt.series import StepSeries
@@ -79,6 +80,11 @@ class MainWindow(QMainWindow):
         self._progress: QProgressDialog | None = None
         self._t0 = time.monotonic()
         self._closing = False
+        self.memory_budget: int | None = None  # bytes the pre-reply memory check plans against (None: the device's)
+        self.memory_limit: int | None = None  # the most specdesk may hold while replying (None: what is available)
+        self._skip_memory_check = False  # "Send anyway" after a memory warning
+        self._sent_text = ""
+        self._welcome = False  # first run: the welcome stays in the chat once the models are loaded
 
         self._build()
         self._start_worker(logs_dir)
@@ -111,7 +117,7 @@ class MainWindow(QMainWindow):
 
         self.input = QPlainTextEdit()
         self.input.setFont(theme.mono_font(10))
-        self.input.setPlaceholderText("Type a prompt (code continues in completion mode)…   Ctrl+Enter sends")
+        self.input.setPlaceholderText("Load a model to start (Models → Choose models…)")
         self.input.setFixedHeight(92)
         self.send_button = QPushButton("Send")
         self.send_button.setObjectName("primary")
@@ -140,6 +146,8 @@ class MainWindow(QMainWindow):
         lv.setContentsMargins(14, 12, 8, 12)
         lv.setSpacing(8)
         lv.addLayout(legend)
+        self.health = HealthBanners()
+        lv.addWidget(self.health)
         lv.addWidget(self.chat, 1)
         lv.addWidget(self.input)
         lv.addLayout(buttons)
@@ -218,6 +226,15 @@ class MainWindow(QMainWindow):
         self.highlight_action = QAction("Colour accepted draft tokens", self, checkable=True, checked=True)
         self.highlight_action.toggled.connect(self.highlight_box.setChecked)
         view.addAction(self.highlight_action)
+        helpm = mb.addMenu("&Help")
+        self._action(helpm, "Welcome: what the window shows", self.show_welcome, "F1")
+        h = self.health  # the banners' one-click fixes
+        h.use_k_auto.connect(lambda: self.controls.k_box.setValue(AUTO_K))
+        h.use_drafter.connect(lambda d: self.controls.drafter_box.setCurrentIndex(self.controls.drafter_box.findData(d)))
+        h.new_chat.connect(self.new_chat)
+        h.open_planner.connect(self.open_planner)
+        h.send_anyway.connect(self._send_anyway)
+        h.shorter_reply.connect(self._send_shorter)
 
     def _action(self, menu, text, slot, shortcut: str | None = None) -> QAction:
         act = QAction(text, self)
@@ -246,6 +263,8 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         w.log_opened.connect(self._on_log_opened)
         w.log_warning.connect(self._on_log_warning)  # a bound method: lambdas would run on the worker thread
+        w.memory_warning.connect(self._on_memory_warning)
+        w.out_of_memory.connect(self._on_out_of_memory)
         self._thread.start()
 
     # ================================================================= loading
@@ -300,7 +319,14 @@ class MainWindow(QMainWindow):
         self.models_label.setText(models)
         mode = "chat mode (the model's chat template)" if info.chat_template else "completion mode (no chat template)"
         self.mode_label.setText(mode)
+        self.input.setPlaceholderText(
+            f"Message {info.target}…   Ctrl+Enter sends" if info.chat_template else
+            f"Text or code for {info.target} to continue (completion mode)…   Ctrl+Enter sends")
+        self.input.viewport().update()  # a new placeholder is not repainted on its own (seen on X11)
+        self.health.pair_loaded(info.drafters)
         self.new_chat()
+        if self._welcome:
+            self.show_welcome()
         self.chat.add_notice(f"Loaded {info.pair_label} on {info.device}: {mode}.")
         self._set_state("idle")
         self._save_settings()
@@ -346,11 +372,16 @@ class MainWindow(QMainWindow):
             return
         drafter = self.controls.drafter()
         self._tag += 1
+        memory = dict(check_memory=not self._skip_memory_check, memory_budget=self.memory_budget,
+                      memory_limit=self.memory_limit)
+        self._skip_memory_check = False
         if self.info.chat_template:
             req = GenerateRequest(self._tag, "reply", settings, drafter,
-                                  messages=tuple(self._history) + (("user", text),))
+                                  messages=tuple(self._history) + (("user", text),), **memory)
         else:
-            req = GenerateRequest(self._tag, "reply", settings, drafter, prompt=self._document + text)
+            req = GenerateRequest(self._tag, "reply", settings, drafter, prompt=self._document + text, **memory)
+        self._sent_text = text
+        self.health.reply_started(drafter, settings.k)
         self._active = req
         self._cancel = threading.Event()
         self.input.clear()
@@ -383,6 +414,7 @@ class MainWindow(QMainWindow):
         self._cancel = threading.Event()
         self._baseline = StepSeries()
         self.plots.set_baseline(self._baseline)
+        self.health.plain_started()
         self.cards.show_speedup(None, note="measuring plain decoding…")
         self._set_state("comparing")
         self._generate.emit(plain, self._cancel)
@@ -399,6 +431,7 @@ class MainWindow(QMainWindow):
         self._history.clear()
         self._document = ""
         self._last_reply = None
+        self.health.conversation_reset()
         self.plots.new_generation()
         self.cards.show_figures(0, None, None, None, 0)
         self.cards.show_speedup(None)
@@ -412,6 +445,8 @@ class MainWindow(QMainWindow):
         req = self._active
         if req is None or tag != req.tag:
             return
+        if isinstance(ev, StepEvent):
+            self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len)
         if req.purpose == "compare":
             if isinstance(ev, StepEvent) and self._baseline is not None:
                 self._baseline.add_step(ev)
@@ -452,6 +487,7 @@ class MainWindow(QMainWindow):
         else:
             self._document = req.prompt + done.text
         self._last_reply = (req, done, self.chat.last_reply_index())
+        self.health.reply_finished(req.drafter, req.settings.k, req.settings.temperature == 0, st.drafted, st.accepted)
         self._active = None
         self._set_state("idle")
         self.reply_done.emit(done)
@@ -502,6 +538,35 @@ class MainWindow(QMainWindow):
         self.last_error = msg
         self._set_state("idle")
         self.generation_failed.emit(msg)
+
+    def _on_memory_warning(self, tag: int, fit) -> None:
+        """The planner says this reply will not fit: it was not started; the prompt goes back to the input."""
+        if self._active is None or tag != self._active.tag:
+            return
+        self._active = None
+        self.chat.pop_turns(2 if self._sent_text else 1)  # the prompt and the empty reply
+        self.input.setPlainText(self._sent_text)
+        self._set_state("idle")
+        self.health.memory_warning(fit)
+        self.generation_failed.emit(fit.message())
+
+    def _send_anyway(self) -> None:
+        self._skip_memory_check = True
+        self.send()
+
+    def _send_shorter(self, max_new: int) -> None:
+        self.controls.max_new.setValue(max_new)
+        self.send()
+
+    def _on_out_of_memory(self, tag: int, msg: str) -> None:
+        """The worker ended the reply and freed its memory: say so where the reply stopped."""
+        if self._active is None or tag != self._active.tag:
+            return
+        self._on_failed(tag, msg + " (the reply was stopped and its memory freed)")
+        s = self.plots.steps  # the cards as the reply ended (they refresh at the plots' pace while it streams)
+        self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length, s.steps)
+        self.plots.refresh()
+        self.health.out_of_memory(msg)
 
     def _on_log_warning(self, msg: str) -> None:
         self.chat.add_notice(msg, error=True)
@@ -580,6 +645,14 @@ class MainWindow(QMainWindow):
         self.vllm_dialog = dlg
         return dlg
 
+    def show_welcome(self) -> None:
+        """What the colours, the cards and the plots mean, and how to load your own model (first run, Help)."""
+        from specdesk.qt.welcome import welcome_html
+
+        self.chat.add_html(welcome_html())
+        if self.info is not None:  # shown once the models are loaded: the first run is over
+            self._welcome = False
+
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder")
         if folder:
@@ -644,6 +717,9 @@ class MainWindow(QMainWindow):
             self.controls.set_values(s["controls"])
         if "highlight" in s:
             self.highlight_box.setChecked(bool(s["highlight"]))
+        self._welcome = not s.get("welcomed")
+        if self._welcome:
+            self.show_welcome()
         for key, fn in (("geometry", self.restoreGeometry), ("splitter", self.splitter.restoreState)):
             if isinstance(s.get(key), str):
                 try:
@@ -663,7 +739,7 @@ class MainWindow(QMainWindow):
     def _save_settings(self) -> None:
         if not self.persist:
             return
-        s = {"controls": self.controls.values(), "highlight": self.highlight_box.isChecked(),
+        s = {"controls": self.controls.values(), "highlight": self.highlight_box.isChecked(), "welcomed": True,
              "geometry": base64.b64encode(bytes(self.saveGeometry().data())).decode("ascii"),
              "splitter": base64.b64encode(bytes(self.splitter.saveState().data())).decode("ascii")}
         if self.info is not None and isinstance(self.info.request, LoadRequest):  # not a server connection

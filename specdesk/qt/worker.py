@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from specdesk.core.errors import SpecdeskError
+from specdesk.core.errors import OutOfMemory, SpecdeskError
 from specdesk.core.settings import GenerationSettings
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,10 @@ class GenerateRequest:
     drafter: str
     prompt: str = ""  # completion mode: the whole document so far
     messages: tuple[tuple[str, str], ...] = ()  # chat mode: (role, content) pairs
+    check_memory: bool = False  # plan this prompt + reply against the memory left before starting
+    memory_budget: int | None = None  # bytes for that check; None: the device's (hw.memory.memory_budget)
+    memory_limit: int | None = None  # the most this process may hold while generating; None: what was
+    # available when the reply started (plus what it already held)
 
 
 class EngineWorker(QObject):
@@ -87,6 +91,8 @@ class EngineWorker(QObject):
     failed = Signal(int, str)  # tag, one-line message
     log_opened = Signal(str)
     log_warning = Signal(str)
+    memory_warning = Signal(int, object)  # tag, core.plan.check.GenerationFit: the reply was not started
+    out_of_memory = Signal(int, str)  # tag, one-line message: the reply ended and its memory was freed
 
     def __init__(self, logs_dir=None) -> None:
         super().__init__()
@@ -154,14 +160,7 @@ class EngineWorker(QObject):
         self.close_log()
         if self._engine is not None:
             self._engine = None
-            gc.collect()
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    torch.cuda.empty_cache()
-            except Exception:
-                pass
+            _return_memory()
 
     # ---------------------------------------------------------------- generation
 
@@ -171,6 +170,7 @@ class EngineWorker(QObject):
         if eng is None:
             self.failed.emit(req.tag, "no model is loaded: choose models first (Models → Choose models…)")
             return
+        remote = getattr(eng, "is_remote", False)  # a server: its memory and its prompt tokens are its own
         try:
             if req.messages:
                 ids = eng.chat_ids([{"role": r, "content": c} for r, c in req.messages])
@@ -178,7 +178,13 @@ class EngineWorker(QObject):
             else:
                 ids = eng.encode(req.prompt)
                 logged_prompt = req.prompt
-            events = eng.stream(ids, cancel=cancel, drafter=req.drafter, settings=req.settings)
+            if req.check_memory and not remote:
+                fit = self._fit(req, len(ids))
+                if fit is not None and not fit.fits:
+                    self.memory_warning.emit(req.tag, fit)
+                    return
+            extra = {} if remote else {"memory_budget": self._memory_budget(req)}
+            events = eng.stream(ids, cancel=cancel, drafter=req.drafter, settings=req.settings, **extra)
         except SpecdeskError as e:
             self.failed.emit(req.tag, str(e))
             return
@@ -186,26 +192,90 @@ class EngineWorker(QObject):
             log.exception("could not start generation")
             self.failed.emit(req.tag, f"could not start: {type(e).__name__}: {e}")
             return
-        n_prompt = None if getattr(eng, "is_remote", False) else len(ids)  # a server counts its own
+        n_prompt = None if remote else len(ids)
         while not self.engine_lock.acquire(timeout=0.1):  # the app's server is answering a request
             if cancel.is_set():
                 self.failed.emit(req.tag, "stopped while the app's server was answering a request")
                 return
+        oom = None
         try:
             self.started.emit(req.tag, n_prompt or 0)
             writer = self._log_writer(req.settings)
             if writer is not None:
                 self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, n_prompt))
-            for ev in events:
+            try:
+                for ev in events:
+                    if writer is not None:
+                        self._log(lambda: writer.event(ev))
+                    self.event.emit(req.tag, ev)
+            except OutOfMemory as e:
+                oom = str(e)
+            except SpecdeskError as e:
+                self.failed.emit(req.tag, str(e))
+            except Exception as e:
+                if _is_out_of_memory(e):
+                    oom = f"out of memory while generating ({type(e).__name__})"
+                else:
+                    msg = _generation_error(e)
+                    if writer is not None:
+                        self._log(lambda: writer.error(msg))
+                    self.failed.emit(req.tag, msg)
+            if oom is not None:  # out of the except block: the exception's frames no longer hold the tensors
+                events.close()
+                del events
+                self._free_generation()
                 if writer is not None:
-                    self._log(lambda: writer.event(ev))
-                self.event.emit(req.tag, ev)
-        except SpecdeskError as e:
-            self.failed.emit(req.tag, str(e))
-        except Exception as e:
-            self.failed.emit(req.tag, _generation_error(e))
+                    self._log(lambda: writer.error(oom))
+                self.out_of_memory.emit(req.tag, oom)
         finally:
             self.engine_lock.release()
+
+    # ---------------------------------------------------------------- memory
+
+    def _fit(self, req: GenerateRequest, prompt_tokens: int):
+        """The planner's verdict on this prompt + reply (None when it cannot be made: never blocks a reply)."""
+        from specdesk.core.plan.check import check_generation
+        from specdesk.hw.memory import memory_budget
+
+        eng = self._engine
+        device = str(eng.device)
+        try:
+            if req.memory_budget is not None:
+                budget, source = req.memory_budget, "the app's memory budget"
+            else:
+                b = memory_budget(device)
+                if b.bytes is None:
+                    return None
+                budget, source = b.bytes, b.source
+            return check_generation(str(eng.target.path), str(eng.draft.path) if eng.draft else None,
+                                    drafter=req.drafter, target_quant=eng.target.quant,
+                                    draft_quant=eng.draft.quant if eng.draft else "none",
+                                    double_quant=eng.target.double_quant, dtype=eng.target.dtype, device=device,
+                                    prompt_tokens=prompt_tokens, max_new_tokens=req.settings.max_new_tokens,
+                                    k=req.settings.k, budget_bytes=budget, budget_source=source)
+        except Exception as e:  # a model the planner cannot describe: generate without the check
+            log.info("memory check skipped: %s", e)
+            return None
+
+    def _memory_budget(self, req: GenerateRequest):
+        from specdesk.core.membudget import MemoryBudget
+        from specdesk.hw.memory import memory_budget, process_reader
+
+        device = str(self._engine.device)
+        limit = req.memory_limit
+        if limit is None:
+            b = memory_budget(device)
+            if b.bytes is None:
+                return None
+            limit = b.bytes
+        return MemoryBudget(limit, process_reader(device), "GPU memory" if device.startswith("cuda") else "RAM")
+
+    def _free_generation(self) -> None:
+        """After an out-of-memory: drop the generation's KV caches and return the memory."""
+        release = getattr(self._engine, "release_buffers", None)  # a remote engine holds no local buffers
+        if release is not None:
+            release()
+        _return_memory()
 
     # ---------------------------------------------------------------- session log
 
@@ -255,10 +325,25 @@ class EngineWorker(QObject):
         self._drop_engine()
 
 
+def _return_memory() -> None:
+    """Collect what was dropped, and hand torch's cached GPU blocks back to the driver."""
+    gc.collect()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except Exception:
+        pass
+
+
+def _is_out_of_memory(e: Exception) -> bool:
+    """torch's CUDA out-of-memory, Python's MemoryError, or the CPU allocator failing."""
+    return (type(e).__name__ == "OutOfMemoryError" or isinstance(e, MemoryError)
+            or (isinstance(e, RuntimeError) and "can't allocate memory" in str(e)))
+
+
 def _generation_error(e: Exception) -> str:
     name = type(e).__name__
-    if name == "OutOfMemoryError" or isinstance(e, MemoryError):
-        return ("out of memory while generating: lower max new tokens or k, start a new chat (a shorter "
-                "context), or load a smaller or quantized model")
     log.error("generation failed", exc_info=e)
     return f"generation failed: {name}: {e}"

@@ -14,7 +14,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-# Held out of the demo pair's tokenizer and training (packaging/train_demo.py imports this list).
+# Held out of the demo pair's tokenizer and training (devscripts/train_demo.py imports this list).
 HELD_OUT_MODULES = (
     "bisect.py", "calendar.py", "difflib.py", "fractions.py", "heapq.py",
     "pprint.py", "shlex.py", "statistics.py", "string.py", "textwrap.py",

@@ -15,7 +15,7 @@ The shape follows the CPU's costs (see the model cards): a forward pass of a sma
 is dominated by fixed per-layer work, so the target is deep (its cost per token is high) and the draft
 is shallow (cheap), while two draft layers are enough for the "copy what came before" heads that code needs.
 
-    python packaging/train_demo.py --out resources/models --work build/demo-train
+    python devscripts/train_demo.py --out resources/models --work build/demo-train
 
 Fixed seeds. About 75 minutes on a quiet 2-core x86-64 CPU (3.4 s per target step x 800, 1.6 s per draft
 step x 1000, plus tokenizer and held-out evaluations); the shipped run took longer because other jobs shared

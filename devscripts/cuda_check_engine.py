@@ -1,8 +1,8 @@
 """Check the engine on a CUDA machine: greedy parity with transformers, and speed against plain decoding.
 
-    python packaging/cuda_check_engine.py                       # demo pair, bf16, on cuda
-    python packaging/cuda_check_engine.py --target-quant nf4    # bitsandbytes 4-bit target
-    python packaging/cuda_check_engine.py --device cpu          # the same checks on the CPU
+    python devscripts/cuda_check_engine.py                       # demo pair, bf16, on cuda
+    python devscripts/cuda_check_engine.py --target-quant nf4    # bitsandbytes 4-bit target
+    python devscripts/cuda_check_engine.py --device cpu          # the same checks on the CPU
 
 Exits 1 if any greedy output differs from transformers' ``generate(do_sample=False)`` on the same target.
 Prints one JSON object (parity per drafter and k, tokens/s of plain and speculative decoding).

@@ -1,7 +1,7 @@
 """Time the small matrix products of decoding (the demo target's shapes) under MKL's code paths.
 
-    python packaging/profile_gemm.py            # MKL's own choice of code path
-    MKL_CBWR=AVX2 python packaging/profile_gemm.py
+    python devscripts/profile_gemm.py            # MKL's own choice of code path
+    MKL_CBWR=AVX2 python devscripts/profile_gemm.py
 
 Measured on this 2-core AMD EPYC (torch 2.13.0, MKL 2024.2), microseconds for a 4096x256 lm_head:
 1 position 250, 5 positions 1240 (default path); 203 and 568 with MKL_CBWR=AVX2. specdesk sets

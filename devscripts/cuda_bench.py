@@ -8,8 +8,8 @@ Measures, on the GPU:
 - the quick benchmark's methods on these models (speeds only; random models accept little),
 and prints the speed-up each acceptance rate would give at each k from those measured costs.
 
-    python packaging/cuda_bench.py                 # on a CUDA machine (about 5 minutes on an H200)
-    python packaging/cuda_bench.py --tiny --device cpu   # a scaled-down smoke run anywhere
+    python devscripts/cuda_bench.py                 # on a CUDA machine (about 5 minutes on an H200)
+    python devscripts/cuda_bench.py --tiny --device cpu   # a scaled-down smoke run anywhere
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Check the memory planner against a real load and prefill on a CUDA GPU.
 
-    python packaging/cuda_check_plan.py --target demo-target --draft demo-draft --context 2048
-    python packaging/cuda_check_plan.py --target /models/Llama-3.1-8B --draft /models/Llama-3.2-1B \
+    python devscripts/cuda_check_plan.py --target demo-target --draft demo-draft --context 2048
+    python devscripts/cuda_check_plan.py --target /models/Llama-3.1-8B --draft /models/Llama-3.2-1B \
         --target-quant nf4 --context 8192
 
 Steps: plan the configuration; reset torch's peak statistics; load the pair with ``specdesk.load`` on

@@ -1,8 +1,8 @@
 """Measure the demo pair on the held-out modules: the figures in its model cards and the README.
 
-    python packaging/eval_demo.py                  # acceptance + speed (about 10 minutes on 2 CPU cores)
-    python packaging/eval_demo.py --acceptance-only   # the deterministic part (about 1 minute)
-    python packaging/eval_demo.py --json out.json
+    python devscripts/eval_demo.py                  # acceptance + speed (about 10 minutes on 2 CPU cores)
+    python devscripts/eval_demo.py --acceptance-only   # the deterministic part (about 1 minute)
+    python devscripts/eval_demo.py --json out.json
 
 Prompts: from each held-out module (specdesk.core.bench.suite.HELD_OUT_MODULES), 256 tokens taken at
 its middle (cut at a line start); each continues for 128 new tokens, greedy.

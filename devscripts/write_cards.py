@@ -1,7 +1,7 @@
 """Write the demo pair's model cards (README.md in each folder) from what training and evaluation recorded.
 
-    python packaging/eval_demo.py --json resources/models/demo-target/eval.json
-    python packaging/write_cards.py
+    python devscripts/eval_demo.py --json resources/models/demo-target/eval.json
+    python devscripts/write_cards.py
 
 Reads each folder's training.json (written by train_demo.py) and demo-target/eval.json (written by
 eval_demo.py); every figure in the cards comes from those two files.
@@ -79,7 +79,7 @@ def card(name: str, folder: Path, train: dict, ev: dict, other: dict) -> str:
         f"- Time: {minutes(train['seconds'])} measured on a 2-core x86-64 CPU while other jobs shared it "
         f"(see the README for the quiet-machine estimate). Final training loss {train['final_train_loss']:.3f}.",
         f"- Held-out loss: {train['held_out_loss']:.3f} nats per token (cross-entropy on the held-out modules).",
-        "- Rebuild both from scratch: `python packaging/train_demo.py --out resources/models` (resumable from "
+        "- Rebuild both from scratch: `python devscripts/train_demo.py --out resources/models` (resumable from "
         "checkpoints in `build/demo-train`).",
         "",
         "## Speculative decoding figures (held-out modules, greedy)",
@@ -105,7 +105,7 @@ def card(name: str, folder: Path, train: dict, ev: dict, other: dict) -> str:
             "",
         ]
     lines += [
-        "Reproduce: `python packaging/eval_demo.py` (all figures; `--acceptance-only` for the deterministic "
+        "Reproduce: `python devscripts/eval_demo.py` (all figures; `--acceptance-only` for the deterministic "
         "acceptance table). The figures above are in `demo-target/eval.json`.",
         "",
     ]
