@@ -123,9 +123,9 @@ def test_completions_greedy_and_sampled_match_specdesk_generate(server, chat_tar
     assert chunks[-1].usage.completion_tokens == len(want["token_ids"]) and not chunks[-1].choices
     # sampling: temperature, top_p and the seed reach the engine exactly as `generate` takes them
     want_s = generate_cli(capsys, chat_target, tiny_draft, PROMPT, 16, "--temperature", "0.8", "--top-p", "0.9",
-                          "--seed", "7")
+                          "--seed", "7", "--k", "3")  # a fixed k: with auto, the draws per step follow timings
     got_s = client.completions.create(model="tiny-chat", prompt=PROMPT, max_tokens=16, temperature=0.8, top_p=0.9,
-                                      seed=7)
+                                      seed=7, extra_body={"specdesk": {"k": 3}})
     assert got_s.model_extra["specdesk"]["token_ids"] == want_s["token_ids"]
 
 
@@ -135,8 +135,10 @@ def test_chat_stream_and_whole_agree_with_the_engine(server, chat_target, tiny_d
     client = server.client()
     messages = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "import os"}]
     engine = specdesk.load(str(chat_target), str(tiny_draft), device="cpu")
-    want = engine.generate(engine.chat_ids(messages), max_new_tokens=20, temperature=0.0)
-    whole = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=20, temperature=0)
+    want = engine.generate(engine.chat_ids(messages), max_new_tokens=20, temperature=0.0, k=4)
+    fixed_k = {"specdesk": {"k": 4}}  # the draft counts below compare one fixed k (auto's depend on timings)
+    whole = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=20, temperature=0,
+                                           extra_body=fixed_k)
     assert whole.choices[0].message.content == want.text
     assert whole.choices[0].finish_reason == ("length" if want.stop_reason == "max_new_tokens" else "stop")
     stats = whole.model_extra["stats"]
@@ -148,7 +150,7 @@ def test_chat_stream_and_whole_agree_with_the_engine(server, chat_target, tiny_d
     if sd["num_spec_steps"]:
         assert sd["mean_acceptance_length"] == pytest.approx(1 + sd["num_accepted_draft_tokens"] / sd["num_spec_steps"])
     stream = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=20, temperature=0,
-                                            stream=True)
+                                            stream=True, extra_body=fixed_k)
     text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert text == want.text
 

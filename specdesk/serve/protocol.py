@@ -186,7 +186,7 @@ def parse_request(kind: str, body, model_ids: tuple[str, ...], max_context: int)
     if not isinstance(ext, dict):
         raise _bad("'specdesk' must be an object ({\"k\": 4 | \"auto\", \"drafter\": ...})", "specdesk",
                    "invalid_type")
-    k = ext.get("k", 4)
+    k = ext.get("k", "auto")  # as specdesk generate and the app
     if not (k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= MAX_K)):
         raise _bad(f"'specdesk.k' must be 0..{MAX_K} or \"auto\", got {k!r}", "specdesk.k")
     drafter = ext.get("drafter")
