@@ -158,7 +158,7 @@ def test_the_window_stays_responsive_and_the_engine_never_runs_on_the_gui_thread
     try:
         clock.start()
         timer.start()
-        done, steps, _ = send(window, qtbot, max_new=96, k=4)
+        done, steps, _ = send(window, qtbot, max_new=192, k=4)
     finally:
         timer.stop()
         del engine.stream  # back to the class's method
@@ -166,7 +166,9 @@ def test_the_window_stays_responsive_and_the_engine_never_runs_on_the_gui_thread
     assert len(steps) >= 10  # long enough to measure
     late = sorted(b - a - 10 for a, b in zip(ticks, ticks[1:]))  # ms beyond the 10 ms interval
     p99 = late[min(len(late) - 1, int(0.99 * len(late)))]
-    print(f"GUI timer: {len(ticks)} ticks over {ticks[-1] - ticks[0]} ms, p99 lateness {p99} ms, max {late[-1]} ms")
+    gaps = [(b - a - 10, i) for i, (a, b) in enumerate(zip(ticks, ticks[1:]))]
+    print(f"GUI timer: {len(ticks)} ticks over {ticks[-1] - ticks[0]} ms, p99 lateness {p99} ms, max {late[-1]} ms",
+          sorted(gaps)[-5:])
     assert p99 < 100, late[-10:]
 
 
