@@ -183,7 +183,8 @@ class EngineWorker(QObject):
         self.started.emit(req.tag, len(ids))
         writer = self._log_writer(req.settings)
         if writer is not None:
-            self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, len(ids)))
+            self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, len(ids),
+                                           chat_template=bool(req.messages)))
         try:
             for ev in events:
                 if writer is not None:
