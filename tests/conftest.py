@@ -17,6 +17,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "SPECDESK_DATA_DIR" not in os.environ:
     os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-data-")
     atexit.register(shutil.rmtree, os.environ["SPECDESK_DATA_DIR"], True)
+# GGUF files the tests load are converted into a cache of the suite's own, not the user's.
+if "SPECDESK_CACHE_DIR" not in os.environ:
+    os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SPECDESK_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 

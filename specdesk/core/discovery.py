@@ -256,6 +256,11 @@ def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
 
 # ----------------------------------------------------------------------------- compatible drafts
 
+def display_name(name: str) -> str:
+    """A model's name for messages and lists: a path (an added folder, a GGUF file) shows its last part."""
+    return Path(name).name if Path(name).is_absolute() else name
+
+
 _tokenizers: dict[tuple[str, float], object] = {}
 
 
@@ -328,7 +333,7 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
             continue
         try:
             t_tok = t_tok or _tokenizer(t_path)
-            comp = check_tokenizers(t_tok, _tokenizer(Path(e.path)), target, e.name)
+            comp = check_tokenizers(t_tok, _tokenizer(Path(e.path)), display_name(target), display_name(e.name))
         except SpecdeskError as err:
             bad.append(DraftCandidate(e, False, str(err)))
             continue
