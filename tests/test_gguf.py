@@ -81,16 +81,33 @@ def test_conversion_equals_transformers_gguf_load(qtype, ggufs, tiny_target):
     assert loaded.gguf["file_type"] == qtype and loaded.path == path.resolve()
 
 
+@pytest.mark.parametrize("quant", ["none", "nf4"])
+def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggufs):
+    """Planned from the header as dequantized (and re-quantized when asked): the bytes of a real load."""
+    from specdesk.core.loading import load_model
+    from specdesk.core.plan import QuantSpec, analyze, measure_weight_bytes, weight_bytes
+
+    path = ggufs["Q4_0"]
+    loaded = load_model(str(path), quant, device="cpu")
+    if quant == "nf4":
+        assert "Linear4bit" in {type(m).__name__ for m in loaded.model.modules()}
+    predicted = weight_bytes(analyze(str(path)), QuantSpec(quant), "float32").total
+    assert predicted == measure_weight_bytes(loaded.model)
+
+
 def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(gguf_dir, tiny_target):
     from specdesk.core.loading import load_model
-    from specdesk.core.models.convert import entry_dir
+    from specdesk.core.models.convert import entry_dir, needed_bytes
     from specdesk.core.models.ggufheader import read_gguf_header
 
     path = write_gguf(tiny_target, gguf_dir / "changing.gguf", "Q8_0")
     first: list[str] = []
     load_model(str(path), device="cpu", progress=first.append)
     assert any("converting changing.gguf" in m and "100%" in m for m in first), first
-    old = entry_dir(read_gguf_header(path))
+    header = read_gguf_header(path)
+    old = entry_dir(header)
+    written = sum(f.stat().st_size for f in (old / "float32").iterdir())
+    assert written <= needed_bytes(header, "float32")  # the free-space check asks for at least what is written
     weights = old / "float32" / "model.safetensors"
     stamp = weights.stat().st_mtime_ns
     again: list[str] = []
@@ -153,6 +170,9 @@ def test_models_lists_lmstudio_ollama_and_llamacpp_files(ggufs, gguf_dir, tiny_t
     cut.write_bytes(ggufs["Q4_0"].read_bytes()[:-1000])  # an interrupted download
     ollama = tmp_path / "ollama"
     ollama_layout(ollama, ggufs["Q4_0"], "tiny", "q4", projector=ggufs["F16"])
+    older = home / ".cache" / "lm-studio" / "models" / "acme" / "tiny-F32" / "tiny-F32.gguf"  # LM Studio < 0.3
+    older.parent.mkdir(parents=True)
+    shutil.copy(ggufs["F32"], older)
     llamacpp = tmp_path / "llamacpp"
     llamacpp.mkdir()
     shutil.copy(ggufs["F16"], llamacpp / "acme_tiny-GGUF_tiny-F16.gguf")
@@ -173,6 +193,7 @@ def test_models_lists_lmstudio_ollama_and_llamacpp_files(ggufs, gguf_dir, tiny_t
     tl = rows["ollama:tiny:q4"]
     assert tl["source"] == "ollama" and tl["usable"] and tl["dtype"] == "Q4_0" and tl["params"] == lm["params"]
     assert rows[str(llamacpp / "acme_tiny-GGUF_tiny-F16.gguf")]["source"] == "llama.cpp"
+    assert rows[str(older)]["source"] == "lmstudio" and rows[str(older)]["dtype"] == "F32"
     assert not any("mmproj" in name for name in rows)
     odd = rows[str(lms.parent.parent / "odd-GGUF" / "odd.gguf")]
     assert not odd["usable"] and "architecture 'bitnet-x' cannot be loaded from GGUF by transformers" in odd["reason"]

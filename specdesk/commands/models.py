@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
                                    "and compatible drafts for a target.")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--drafts-for", metavar="TARGET", help="list compatible drafts for this target, smallest first")
-    p.add_argument("--add", metavar="FOLDER", help="remember a model folder (kept in the settings file)")
+    p.add_argument("--add", metavar="FOLDER", help="remember a model folder, a folder of GGUF files or a GGUF file "
+                                                   "(kept in the settings file)")
     p.add_argument("--remove", metavar="FOLDER", help="forget a remembered folder")
     p.set_defaults(func=run)
 
@@ -28,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.add:
         p = Path(args.add).expanduser()
-        if not p.is_dir():
-            raise BadModel(f"no such folder: {p}")
+        from specdesk.core.models.ggufheader import is_gguf_file
+
+        if not p.is_dir() and not is_gguf_file(p):
+            raise BadModel(f"no such folder or GGUF file: {p}")
         userdirs.add_folder(p)
     if args.remove:
         userdirs.remove_folder(args.remove)
@@ -54,15 +57,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
-    header = (f"{'NAME':40s} {'SOURCE':9s} {'FORMAT':11s} {'ARCH':10s} {'PARAMS':>8s} {'VOCAB':>7s} {'CONTEXT':>7s} "
+    header = (f"{'NAME':40s} {'SOURCE':9s} {'FORMAT':6s} {'ARCH':10s} {'PARAMS':>8s} {'VOCAB':>7s} {'CONTEXT':>7s} "
               f"{'DTYPE':9s} {'SIZE':>9s} {'QUANT':6s} CHAT")
     print(header)
     for e in entries:
         fmt = "gguf" if e.format == "gguf" else "hf"
         if not e.usable:
-            print(f"{_short(e.name):40s} {e.source:9s} {fmt:11s} unusable: {e.reason}")
+            print(f"{_short(e.name):40s} {e.source:9s} {fmt:6s} unusable: {e.reason}")
             continue
-        print(f"{_short(e.name):40s} {e.source:9s} {fmt:11s} {str(e.architecture)[:10]:10s} "
+        print(f"{_short(e.name):40s} {e.source:9s} {fmt:6s} {str(e.architecture)[:10]:10s} "
               f"{param_count(e.params):>8s} {e.vocab_size or '-':>7} {e.context_length or '-':>7} "
               f"{str(e.dtype)[:9]:9s} {disk_size(e.bytes_on_disk):>9s} {(e.quantized or 'no')[:6]:6s} "
               f"{'yes' if e.chat_template else 'no'}")

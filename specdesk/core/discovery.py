@@ -234,7 +234,10 @@ def discover(include_hf_cache: bool = True, include_stores: bool = True) -> list
         entries.extend(_store_entries())
     for folder in userdirs.added_folders():
         p = Path(folder)
-        if not p.is_dir():
+        if p.is_file():
+            if (e := describe_gguf(p, folder, "added")) is not None:
+                entries.append(e)
+        elif not p.is_dir():
             entries.append(ModelEntry(name=folder, path=folder, source="added", usable=False,
                                       reason="folder no longer exists"))
         else:

@@ -78,9 +78,10 @@ def resolve(ref: str | os.PathLike) -> Path:
         try:
             snapshot = Path(snapshot_download(repo, local_files_only=True))
         except Exception:
+            where = f"no such file {text}, and " if len(parts) == 3 else ""
             raise ModelNotFound(
-                f"{repo} is not in the local Hugging Face cache ({hf_cache_dir()}); specdesk never downloads: "
-                f"fetch it first (e.g. `hf download {repo}`) or give a local folder") from None
+                f"{where}{repo} is not in the local Hugging Face cache ({hf_cache_dir()}); specdesk never "
+                f"downloads: fetch it first (e.g. `hf download {repo}`) or give a local folder") from None
         if len(parts) == 3:
             if not (snapshot / parts[2]).is_file():
                 raise ModelNotFound(f"{parts[2]} is not in the local copy of {repo} ({snapshot})")
@@ -295,7 +296,7 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     cfg = check_model_folder(path)
     qcfg = quantization_config(quant, double_quant, torch_dtype)
     if qcfg is not None and "quantization_config" in cfg:
-        raise BadSetting(f"{path.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
+        raise BadSetting(f"{source.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
                          f"load it with quantization none")
     tokenizer = load_tokenizer(path)
     kwargs = dict(dtype=torch_dtype, local_files_only=True, attn_implementation="sdpa")
@@ -306,12 +307,12 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         if qcfg is None:
             model = model.to(device)
     except torch.cuda.OutOfMemoryError:
-        raise OutOfMemory(f"out of GPU memory loading {path.name}: try a 4-bit quantization (nf4) or a smaller model") from None
+        raise OutOfMemory(f"out of GPU memory loading {source.name}: try a 4-bit quantization (nf4) or a smaller model") from None
     except MemoryError:
-        raise OutOfMemory(f"out of memory loading {path.name}") from None
+        raise OutOfMemory(f"out of memory loading {source.name}") from None
     except (ValueError, OSError, RuntimeError, KeyError, ImportError, SafetensorError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadModel(f"could not load {path.name}: {first}") from None
+        raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
     name = model_name(ref, source)
     embedding_rows = model.get_input_embeddings().weight.shape[0]

@@ -80,13 +80,21 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _make_dir(folder: Path) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BadModel(f"cannot write specdesk's cache folder {folder}: {e.strerror or e} "
+                       f"(set SPECDESK_CACHE_DIR to a writable folder)") from None
+
+
 def config_folder(path: Path, header: GGUFHeader | None = None) -> Path:
     """The cache folder holding the transformers config.json rebuilt from ``path``'s header (built once)."""
     header = header or read_gguf_header(path)
     root = entry_dir(header)
     if (root / "config.json").exists() and (root / "gguf-config.json").exists():
         return root
-    root.mkdir(parents=True, exist_ok=True)
+    _make_dir(root)
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     from specdesk.core.loading import quiet_transformers
@@ -99,12 +107,16 @@ def config_folder(path: Path, header: GGUFHeader | None = None) -> Path:
         config = CONFIG_MAPPING[parsed["model_type"]].from_dict(parsed)
     except (ValueError, KeyError, TypeError, ImportError, NotImplementedError) as e:
         raise BadModel(f"could not read {path.name}'s configuration: {_first_line(e)}") from None
-    _write_json(root / "source.json", {"path": str(Path(path).resolve()), "size": header.file_size})
-    _write_json(root / "gguf-config.json", parsed)
     tmp = root / f".config.{os.getpid()}"
-    config.save_pretrained(tmp)
-    os.replace(tmp / "config.json", root / "config.json")
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        _write_json(root / "source.json", {"path": str(Path(path).resolve()), "size": header.file_size})
+        _write_json(root / "gguf-config.json", parsed)
+        config.save_pretrained(tmp)
+        os.replace(tmp / "config.json", root / "config.json")
+    except OSError as e:
+        raise BadModel(f"cannot write specdesk's cache folder {root}: {e.strerror or e}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
@@ -124,10 +136,15 @@ def tokenizer_folder(path: Path, header: GGUFHeader | None = None):
     except Exception as e:  # tokenizers raise many types; the user needs the one line
         raise BadModel(f"could not rebuild the tokenizer of {Path(path).name}: {_first_line(e)}") from None
     tmp = folder.with_name(f".tokenizer.{os.getpid()}")
+    _make_dir(folder.parent)
     shutil.rmtree(tmp, ignore_errors=True)
-    tok.save_pretrained(tmp)
-    (tmp / COMPLETE).touch()
-    _publish(tmp, folder)
+    try:
+        tok.save_pretrained(tmp)
+        (tmp / COMPLETE).touch()
+        _publish(tmp, folder)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BadModel(f"cannot write specdesk's cache folder {folder.parent}: {e.strerror or e}") from None
     return folder
 
 
@@ -182,7 +199,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
     if need > free:
         raise OutOfDisk(f"not enough disk space to convert {path.name}: it needs {_gib(need)} in {root.parent}, "
                         f"{_gib(free)} is free (set SPECDESK_CACHE_DIR to convert on another disk)")
-    root.mkdir(parents=True, exist_ok=True)
+    _make_dir(root)
     _remove_dead_partials(root)
     tmp = root / f".{dname}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

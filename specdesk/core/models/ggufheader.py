@@ -176,21 +176,3 @@ def _value(blob: mmap.mmap, pos: int, vtype: int, size: int):
         raise ValueError(f"metadata array of type {etype} is not readable")
     raise ValueError(f"metadata value of type {vtype} is not readable")
 
-
-def read_string_array(header: GGUFHeader, key: str) -> list[str]:
-    """Decode one string array the header kept as a count (e.g. ``tokenizer.ggml.tokens``)."""
-    if key not in header.spans:
-        raise KeyError(key)
-    start, end = header.spans[key]
-    with header.path.open("rb") as f:
-        f.seek(start)
-        raw = f.read(end - start)
-    etype, count = struct.unpack_from("<IQ", raw, 0)
-    if etype != _STRING:
-        raise ValueError(f"{key} is not a string array")
-    out, pos = [], 12
-    for _ in range(count):
-        (n,) = struct.unpack_from("<Q", raw, pos)
-        out.append(raw[pos + 8:pos + 8 + n].decode("utf-8", errors="replace"))
-        pos += 8 + n
-    return out
