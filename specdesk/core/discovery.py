@@ -162,7 +162,8 @@ def _store_entries() -> list[ModelEntry]:
             out.append(e)
     for m, name, problem in ollama_models():
         if m is None:
-            out.append(ModelEntry(name=f"ollama:{name}", path="", source="ollama", usable=False, format="gguf",
+            out.append(ModelEntry(name=name if Path(name).is_absolute() else f"ollama:{name}", path="",
+                                  source="ollama", usable=False, format="gguf",
                                   reason=problem))
         elif (e := describe_gguf(m.path, m.name, m.store)) is not None:
             out.append(e)

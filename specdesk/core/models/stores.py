@@ -55,16 +55,37 @@ def llamacpp_roots() -> list[Path]:
     return [Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "llama.cpp"]
 
 
+def _is_dir(path: Path) -> bool:
+    """``is_dir`` that says False for a folder we may not look into (Path.is_dir raises on EACCES)."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def unreadable(root: Path) -> str | None:
+    """Why a store folder that exists cannot be read (the Ollama service's, owned by its own user), or None."""
+    try:
+        if not root.is_dir():
+            return None
+        next(root.iterdir(), None)
+    except PermissionError:
+        return f"{root} is not readable by this user (permission denied)"
+    except OSError as e:
+        return f"{root} is not readable: {e.strerror or e}"
+    return None
+
+
 def find_ggufs(root: Path, depth: int = SCAN_DEPTH) -> list[Path]:
     """Model GGUF files under ``root`` (projectors and later parts of split models left out), sorted."""
     from specdesk.core.models.gguf import first_parts
 
     out: list[Path] = []
-    if depth < 0 or not root.is_dir():
+    if depth < 0 or not _is_dir(root):
         return out
     out.extend(first_parts(root))
     try:
-        subdirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        subdirs = sorted(p for p in root.iterdir() if _is_dir(p) and not p.name.startswith("."))
     except OSError:
         return out
     for sub in subdirs:
@@ -79,7 +100,7 @@ def _unique_roots(roots: list[Path]) -> list[Path]:
             key = r.resolve()
         except OSError:
             continue
-        if key not in seen and r.is_dir():
+        if key not in seen and _is_dir(r):
             seen.add(key)
             out.append(r)
     return out
@@ -116,11 +137,22 @@ def _model_blob(root: Path, manifest: Path) -> Path:
 def ollama_models() -> list[tuple[StoredModel | None, str, str]]:
     """Every Ollama manifest: (model, name, problem). A model whose blob is missing comes with the problem."""
     out = []
-    for root in _unique_roots(ollama_roots()):
+    roots = ollama_roots()
+    for root in roots:
+        if problem := unreadable(root) or unreadable(root / "manifests"):
+            out.append((None, str(root), problem))
+    for root in _unique_roots(roots):
         manifests = root / "manifests"
-        if not manifests.is_dir():
+        if unreadable(manifests):
             continue
-        for tag_file in sorted(manifests.glob("*/*/*/*")):
+        if not _is_dir(manifests):
+            continue
+        try:
+            tag_files = sorted(manifests.glob("*/*/*/*"))
+        except OSError as e:
+            out.append((None, str(root), f"{manifests} is not readable: {e.strerror or e}"))
+            continue
+        for tag_file in tag_files:
             if not tag_file.is_file():
                 continue
             host, namespace, model, tag = tag_file.relative_to(manifests).parts
@@ -154,7 +186,11 @@ def ollama_model(name: str) -> Path:
     roots = _unique_roots(ollama_roots())
     for root in roots:
         manifest = root / "manifests" / host / namespace / model / tag
-        if manifest.is_file():
+        try:
+            found = manifest.is_file()
+        except OSError:
+            found = False
+        if found:
             blob = _model_blob(root, manifest)
             if not blob.is_file():
                 raise BadModel(f"Ollama model {text}: its model blob {blob.name} is missing (interrupted pull?)")
