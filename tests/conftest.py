@@ -21,6 +21,10 @@ if "SPECDESK_DATA_DIR" not in os.environ:
 if "SPECDESK_CONFIG_DIR" not in os.environ:
     os.environ["SPECDESK_CONFIG_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-config-")
     atexit.register(shutil.rmtree, os.environ["SPECDESK_CONFIG_DIR"], True)
+# GGUF files the tests load are converted into a cache of the suite's own, not the user's.
+if "SPECDESK_CACHE_DIR" not in os.environ:
+    os.environ["SPECDESK_CACHE_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SPECDESK_CACHE_DIR"], True)
 
 import pytest  # noqa: E402
 

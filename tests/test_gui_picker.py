@@ -39,7 +39,8 @@ def test_picker_lists_models_and_says_why_a_draft_cannot_serve(qtbot, odd_draft)
     qtbot.addWidget(dlg)
     qtbot.waitUntil(lambda: not dlg.busy and bool(dlg.candidates), timeout=120_000)
     names = [dlg.table.item(r, 0).text() for r in range(dlg.table.rowCount())]
-    assert {"demo-target", "demo-draft", str(odd_draft)} <= set(names)
+    assert {"demo-target", "demo-draft", odd_draft.name} <= set(names)  # a folder shows its name, not its path
+    assert {"demo-target", "demo-draft", str(odd_draft)} <= {e.name for e in dlg.entries}
     items = _items(dlg)
     demo = next(i for i in items if i[1] == "demo-draft")
     assert demo[2]  # compatible: selectable

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from specdesk.core.loading import DTYPES, QUANTS
 
@@ -55,3 +56,28 @@ def load_engine(args, progress=None):
                          draft_quant=args.draft_quant, double_quant=args.double_quant, dtype=args.dtype,
                          device=args.device, ngram_max=args.ngram_max, ngram_min=args.ngram_min,
                          progress=progress)
+
+
+def tty_progress():
+    """Progress messages of a long load (a GGUF file's first conversion) on one overwritten stderr line.
+
+    Only on a terminal: piped or captured, stderr keeps just the result line (or the one error line).
+    """
+    if not sys.stderr.isatty():
+        return None
+    state = {"width": 0}
+
+    def show(msg: str) -> None:
+        line = msg[:200]
+        sys.stderr.write("\r" + line + " " * max(0, state["width"] - len(line)))
+        sys.stderr.flush()
+        state["width"] = len(line)
+
+    return show
+
+
+def end_progress() -> None:
+    """Clear the progress line (after loading, before output)."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()

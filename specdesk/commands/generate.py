@@ -9,7 +9,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specdesk.commands.common import add_model_args, add_sampling_args, load_engine
+from specdesk.commands.common import add_model_args, add_sampling_args, end_progress, load_engine, tty_progress
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, StepEvent
 from specdesk.core.pairing import resolve_drafter
@@ -23,6 +23,10 @@ def add_parser(sub) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--prompt", help="prompt text")
     src.add_argument("--prompt-file", type=Path, help="read the prompt from this file ('-' for stdin)")
+    chat = p.add_argument_group("chat models", "A target with a chat template gets the prompt as a user "
+                                               "message through its template.")
+    chat.add_argument("--system", metavar="TEXT", help="a system message before the prompt (chat models)")
+    chat.add_argument("--raw", action="store_true", help="send the prompt as it is, without the chat template")
     add_sampling_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object with the result instead of text")
     p.add_argument("--log", type=Path, help="write a session log (JSON Lines) to this file")
@@ -83,7 +87,15 @@ def run(args: argparse.Namespace) -> int:
                 pass
         except OSError as e:
             raise BadSetting(f"cannot write the log file {args.log}: {e.strerror or e}") from None
-    engine = load_engine(args)
+    if args.system is not None and args.raw:
+        raise BadSetting("--system needs the chat template: leave out --raw or --system")
+    progress = tty_progress()
+    try:
+        engine = load_engine(args, progress=progress)
+    finally:
+        if progress is not None:
+            end_progress()
+    ids, templated = engine.prompt_ids(prompt, raw=args.raw, system=args.system)
     writer = None
     if args.log is not None:
         from specdesk.core.sessionlog import SessionLogWriter
@@ -101,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
 
     previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
     try:
-        events = engine.stream(prompt, settings=settings, cancel=cancel)
+        events = engine.stream(ids, settings=settings, cancel=cancel)
         if writer is not None:
-            writer.begin(prompt, settings.to_dict(), engine.drafter, len(engine.encode(prompt)))
+            writer.begin(prompt, settings.to_dict(), engine.drafter, len(ids), chat_template=templated,
+                         system=args.system)
         for ev in events:
             if writer is not None:
                 writer.event(ev)
@@ -123,12 +136,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = {**done.stats.to_dict(), "token_ids": list(done.token_ids), "text": done.text,
                "stop_reason": done.stop_reason, "seed": done.seed, "drafter": engine.drafter,
-               "stats": done.stats.to_dict()}
+               "chat_template": templated, "stats": done.stats.to_dict()}
         print(json.dumps(out, ensure_ascii=False))
     else:
         sys.stdout.write(done.tail + "\n")
         s = done.stats
         rate = f"{s.acceptance_rate:.2f}" if s.acceptance_rate is not None else "n/a"
         print(f"[{s.new_tokens} tokens, {s.tokens_per_second or 0:.1f} tok/s, acceptance {rate}, "
-              f"{s.mean_accepted_length or 0:.2f} tokens/step, stop: {done.stop_reason}]", file=sys.stderr)
+              f"{s.mean_accepted_length or 0:.2f} tokens/step, stop: {done.stop_reason}"
+              f"{', chat template' if templated else ''}]", file=sys.stderr)
     return 130 if done.stop_reason == "cancelled" else 0

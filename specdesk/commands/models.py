@@ -12,11 +12,14 @@ from specdesk.core.units import disk_size, param_count
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("models", help="list local models (bundled, Hugging Face cache, added folders)",
-                       description="List the models specdesk can use, and compatible drafts for a target.")
+    p = sub.add_parser("models", help="list local models (bundled, Hugging Face cache, LM Studio, Ollama, "
+                                      "llama.cpp, added folders)",
+                       description="List the models specdesk can use (Hugging Face folders and GGUF files), "
+                                   "and compatible drafts for a target.")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--drafts-for", metavar="TARGET", help="list compatible drafts for this target, smallest first")
-    p.add_argument("--add", metavar="FOLDER", help="remember a model folder (kept in the settings file)")
+    p.add_argument("--add", metavar="FOLDER", help="remember a model folder, a folder of GGUF files or a GGUF file "
+                                                   "(kept in the settings file)")
     p.add_argument("--remove", metavar="FOLDER", help="forget a remembered folder")
     p.set_defaults(func=run)
 
@@ -26,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.add:
         p = Path(args.add).expanduser()
-        if not p.is_dir():
-            raise BadModel(f"no such folder: {p}")
+        from specdesk.core.models.ggufheader import is_gguf_file
+
+        if not p.is_dir() and not is_gguf_file(p):
+            raise BadModel(f"no such folder or GGUF file: {p}")
         userdirs.add_folder(p)
     if args.remove:
         userdirs.remove_folder(args.remove)
@@ -39,26 +44,34 @@ def run(args: argparse.Namespace) -> int:
         good = [c for c in cands if c.compatible]
         print(f"Compatible drafts for {args.drafts_for} (smallest first):")
         for c in good:
-            print(f"  {c.entry.name:40s} {param_count(c.entry.params):>8s} params  {disk_size(c.entry.bytes_on_disk):>9s}")
+            print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  {disk_size(c.entry.bytes_on_disk):>9s}")
         if not good:
             print("  none (prompt lookup, --drafter ngram, needs no draft model)")
         others = [c for c in cands if not c.compatible]
         if others:
             print("Not usable as drafts:")
             for c in others:
-                print(f"  {c.entry.name:40s} {c.reason}")
+                print(f"  {_short(c.entry.name):40s} {c.reason}")
         return 0
     entries = discover()
     if args.json:
         print(json.dumps([e.to_dict() for e in entries], indent=2))
         return 0
-    header = f"{'NAME':40s} {'SOURCE':9s} {'ARCH':10s} {'PARAMS':>8s} {'VOCAB':>7s} {'DTYPE':9s} {'SIZE':>9s} {'QUANT':6s} CHAT"
+    header = (f"{'NAME':40s} {'SOURCE':9s} {'FORMAT':6s} {'ARCH':10s} {'PARAMS':>8s} {'VOCAB':>7s} {'CONTEXT':>7s} "
+              f"{'DTYPE':9s} {'SIZE':>9s} {'QUANT':6s} CHAT")
     print(header)
     for e in entries:
+        fmt = "gguf" if e.format == "gguf" else "hf"
         if not e.usable:
-            print(f"{e.name[:40]:40s} {e.source:9s} unusable: {e.reason}")
+            print(f"{_short(e.name):40s} {e.source:9s} {fmt:6s} unusable: {e.reason}")
             continue
-        print(f"{e.name[:40]:40s} {e.source:9s} {str(e.architecture)[:10]:10s} {param_count(e.params):>8s} "
-              f"{e.vocab_size or '-':>7} {str(e.dtype)[:9]:9s} {disk_size(e.bytes_on_disk):>9s} "
-              f"{(e.quantized or 'no')[:6]:6s} {'yes' if e.chat_template else 'no'}")
+        print(f"{_short(e.name):40s} {e.source:9s} {fmt:6s} {str(e.architecture)[:10]:10s} "
+              f"{param_count(e.params):>8s} {e.vocab_size or '-':>7} {e.context_length or '-':>7} "
+              f"{str(e.dtype)[:9]:9s} {disk_size(e.bytes_on_disk):>9s} {(e.quantized or 'no')[:6]:6s} "
+              f"{'yes' if e.chat_template else 'no'}")
     return 0
+
+
+def _short(name: str, width: int = 40) -> str:
+    """Long names (GGUF paths) keep their end, where the file name is."""
+    return name if len(name) <= width else "…" + name[-(width - 1):]

@@ -1,8 +1,10 @@
-"""Finding every model specdesk can use: the bundled pair, the local Hugging Face cache, added folders.
+"""Finding every model specdesk can use: the bundled pair, the local Hugging Face cache, the GGUF files in
+LM Studio's, Ollama's and llama.cpp's stores, and added folders.
 
-Each entry is described from its files alone (config.json, safetensors headers, tokenizer config):
-nothing is loaded, so listing is fast and a broken entry (partial download, no weights, unreadable
-config) becomes an "unusable" row with its reason instead of stopping the listing.
+Each entry is described from its files alone (config.json, safetensors headers, tokenizer config, GGUF
+headers): nothing is loaded, so listing is fast and a broken entry (partial download, no weights,
+unreadable config, truncated GGUF, an architecture transformers cannot load) becomes an "unusable" row
+with its reason instead of stopping the listing.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from pathlib import Path
 
 from specdesk.core import userdirs
 from specdesk.core.errors import SpecdeskError
-from specdesk.core.loading import (DEMO_NAMES, TOKENIZER_FILES, bundled_models_dir, hf_cache_dir, read_config,
-                                   resolve, weight_files)
+from specdesk.core.loading import (DEMO_NAMES, TOKENIZER_FILES, bundled_models_dir, hf_cache_dir, is_gguf,
+                                   read_config, resolve, weight_files)
 from specdesk.core.stheader import folder_tensors
 
 log = logging.getLogger(__name__)
@@ -24,18 +26,20 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ModelEntry:
-    name: str  # what to pass as --target/--draft: demo name, HF id, or folder path
+    name: str  # what to pass as --target/--draft: demo name, HF id, folder or GGUF path, ollama:<name>
     path: str
-    source: str  # "bundled", "hf-cache" or "added"
+    source: str  # "bundled", "hf-cache", "lmstudio", "ollama", "llama.cpp" or "added"
     usable: bool
     reason: str = ""  # why not usable
     architecture: str | None = None
     params: int | None = None
     vocab_size: int | None = None
-    dtype: str | None = None
+    dtype: str | None = None  # a GGUF file's quantization as llama.cpp names it (Q4_K_M, Q8_0, F16, ...)
     bytes_on_disk: int = 0
     quantized: str | None = None  # quantization method of an already-quantized checkpoint
     chat_template: bool | None = None
+    format: str = "safetensors"  # or "gguf" (converted once into specdesk's cache when first loaded)
+    context_length: int | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -78,7 +82,8 @@ def describe_folder(path: Path, name: str, source: str) -> ModelEntry:
     info = dict(architecture=cfg.get("model_type"), vocab_size=tcfg.get("vocab_size"),
                 dtype=cfg.get("torch_dtype") or cfg.get("dtype") or tcfg.get("torch_dtype") or tcfg.get("dtype"),
                 quantized=(quant.get("quant_method", "yes") if isinstance(quant, dict) else None),
-                chat_template=_has_chat_template(path), bytes_on_disk=_safe_bytes(path))
+                chat_template=_has_chat_template(path), bytes_on_disk=_safe_bytes(path),
+                context_length=tcfg.get("max_position_embeddings"))
     try:
         files = weight_files(path)
     except SpecdeskError as e:
@@ -95,6 +100,74 @@ def describe_folder(path: Path, name: str, source: str) -> ModelEntry:
     if not any((path / f).exists() for f in TOKENIZER_FILES):
         return ModelEntry(**base, usable=False, reason="no tokenizer files", params=params, **info)
     return ModelEntry(**base, usable=True, params=params, **info)
+
+
+_gguf_entries: dict[tuple, ModelEntry] = {}  # (path, size, mtime, name, source) -> entry: GUI refreshes
+
+
+def describe_gguf(path: Path, name: str, source: str) -> ModelEntry | None:
+    """Describe one GGUF file from its header; None for a file that is not a model (a vision projector)."""
+    from specdesk.core.models.gguf import inspect_gguf
+
+    try:
+        st = path.stat()
+    except OSError as e:
+        return ModelEntry(name=name, path=str(path), source=source, usable=False, format="gguf",
+                          reason=f"unreadable: {e.strerror or e}")
+    key = (str(path), st.st_size, st.st_mtime_ns, name, source)
+    if key in _gguf_entries:
+        return _gguf_entries[key]
+    base = dict(name=name, path=str(path), source=source, format="gguf", bytes_on_disk=st.st_size)
+    try:
+        info = inspect_gguf(path)
+    except SpecdeskError as e:
+        entry = ModelEntry(**base, usable=False, reason=str(e))
+    else:
+        if info.architecture == "clip":
+            return None
+        entry = ModelEntry(**base, usable=info.runnable, reason=info.problem or "", architecture=info.architecture,
+                           params=info.params, vocab_size=info.vocab_size, dtype=info.file_type,
+                           chat_template=info.chat_template, context_length=info.context_length)
+    _gguf_entries[key] = entry
+    return entry
+
+
+def describe_path(path: Path, name: str, source: str) -> ModelEntry:
+    """A resolved model (folder or GGUF file), described."""
+    if is_gguf(path):
+        return describe_gguf(path, name, source) or ModelEntry(
+            name=name, path=str(path), source=source, usable=False, format="gguf",
+            reason="a vision projector (mmproj), not a language model")
+    return describe_folder(path, name, source)
+
+
+def _folder_entries(folder: Path, name: str, source: str) -> list[ModelEntry]:
+    """A folder: one model folder, or a folder of GGUF files (each one an entry)."""
+    from specdesk.core.models.stores import find_ggufs
+
+    if not (folder / "config.json").exists():
+        ggufs = find_ggufs(folder)
+        if ggufs:
+            return [e for p in ggufs if (e := describe_gguf(p, str(p), source)) is not None]
+    return [describe_folder(folder, name, source)]
+
+
+def _store_entries() -> list[ModelEntry]:
+    """GGUF files in LM Studio's, Ollama's and llama.cpp's stores."""
+    from specdesk.core.models.stores import llamacpp_models, lmstudio_models, ollama_models
+
+    out = []
+    for m in lmstudio_models() + llamacpp_models():
+        if (e := describe_gguf(m.path, m.name, m.store)) is not None:
+            out.append(e)
+    for m, name, problem in ollama_models():
+        if m is None:
+            out.append(ModelEntry(name=name if Path(name).is_absolute() else f"ollama:{name}", path="",
+                                  source="ollama", usable=False, format="gguf",
+                                  reason=problem))
+        elif (e := describe_gguf(m.path, m.name, m.store)) is not None:
+            out.append(e)
+    return out
 
 
 def _safe_bytes(path: Path) -> int:
@@ -128,7 +201,12 @@ def _hf_cache_entries() -> list[ModelEntry]:
             out.append(ModelEntry(name=repo.repo_id, path=str(repo.repo_path), source="hf-cache", usable=False,
                                   reason="no snapshot (download never finished)"))
             continue
-        entry = describe_folder(revs[0].snapshot_path, repo.repo_id, "hf-cache")
+        snapshot = revs[0].snapshot_path
+        if not (snapshot / "config.json").exists() and (ggufs := _first_ggufs(snapshot)):
+            # a GGUF repository: each file is a model, named org/repo/file.gguf
+            out.extend(e for p in ggufs if (e := describe_gguf(p, f"{repo.repo_id}/{p.name}", "hf-cache")))
+            continue
+        entry = describe_folder(snapshot, repo.repo_id, "hf-cache")
         if entry.usable and incomplete.get(repo.repo_path):
             entry = ModelEntry(**{**entry.to_dict(), "usable": False,
                                   "reason": f"partial download: {incomplete[repo.repo_path]} file(s) still incomplete"})
@@ -139,7 +217,13 @@ def _hf_cache_entries() -> list[ModelEntry]:
     return out
 
 
-def discover(include_hf_cache: bool = True) -> list[ModelEntry]:
+def _first_ggufs(folder: Path) -> list[Path]:
+    from specdesk.core.models.gguf import first_parts
+
+    return first_parts(folder)
+
+
+def discover(include_hf_cache: bool = True, include_stores: bool = True) -> list[ModelEntry]:
     """Every model specdesk knows of, usable or not (with the reason)."""
     entries: list[ModelEntry] = []
     bundled = bundled_models_dir()
@@ -147,17 +231,39 @@ def discover(include_hf_cache: bool = True) -> list[ModelEntry]:
         entries.append(describe_folder(bundled / name, name, "bundled"))
     if include_hf_cache:
         entries.extend(_hf_cache_entries())
+    if include_stores:
+        entries.extend(_store_entries())
     for folder in userdirs.added_folders():
         p = Path(folder)
-        if not p.is_dir():
+        if p.is_file():
+            if (e := describe_gguf(p, folder, "added")) is not None:
+                entries.append(e)
+        elif not p.is_dir():
             entries.append(ModelEntry(name=folder, path=folder, source="added", usable=False,
                                       reason="folder no longer exists"))
         else:
-            entries.append(describe_folder(p, folder, "added"))
-    return entries
+            entries.extend(_folder_entries(p, folder, "added"))
+    return _without_repeats(entries)
+
+
+def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
+    """An added folder inside a store (or a file listed twice) shows once, where it was first found."""
+    seen, out = set(), []
+    for e in entries:
+        key = str(Path(e.path).resolve()) if e.path else e.name
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(e)
+    return out
 
 
 # ----------------------------------------------------------------------------- compatible drafts
+
+def display_name(name: str) -> str:
+    """A model's name for messages and lists: a path (an added folder, a GGUF file) shows its last part."""
+    return Path(name).name if Path(name).is_absolute() else name
+
 
 _tokenizers: dict[tuple[str, float], object] = {}
 
@@ -165,6 +271,13 @@ _tokenizers: dict[tuple[str, float], object] = {}
 def _tokenizer(path: Path):
     from specdesk.core.loading import load_tokenizer
 
+    if is_gguf(path):
+        key = (str(path), path.stat().st_mtime)
+        if key not in _tokenizers:
+            from specdesk.core.models.convert import tokenizer_folder
+
+            _tokenizers[key] = load_tokenizer(tokenizer_folder(path))
+        return _tokenizers[key]
     key_file = next((path / f for f in TOKENIZER_FILES if (path / f).exists()), path / "config.json")
     key = (str(path), key_file.stat().st_mtime)
     if key not in _tokenizers:
@@ -173,6 +286,14 @@ def _tokenizer(path: Path):
 
 
 def _tokenizer_digest(path: Path) -> str | None:
+    if is_gguf(path):  # every tokenizer.* value of the header, byte for byte
+        from specdesk.core.models.ggufheader import read_gguf_header
+
+        try:
+            digest = read_gguf_header(path).tokenizer_digest
+        except (OSError, ValueError):
+            return None
+        return f"gguf:{digest}" if digest else None
     h = hashlib.sha256()
     found = False
     for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -198,12 +319,12 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
     from specdesk.core.compat import check_tokenizers
 
     t_path = resolve(target)
-    t_entry = describe_folder(t_path, target, "target")
+    t_entry = describe_path(t_path, target, "target")
     t_digest = _tokenizer_digest(t_path)
     t_tok = None
     good, bad = [], []
     for e in entries if entries is not None else discover():
-        if Path(e.path).resolve() == t_path.resolve():
+        if e.path and Path(e.path).resolve() == t_path.resolve():
             continue
         if not e.usable:
             bad.append(DraftCandidate(e, False, f"unusable: {e.reason}"))
@@ -216,7 +337,7 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
             continue
         try:
             t_tok = t_tok or _tokenizer(t_path)
-            comp = check_tokenizers(t_tok, _tokenizer(Path(e.path)), target, e.name)
+            comp = check_tokenizers(t_tok, _tokenizer(Path(e.path)), display_name(target), display_name(e.name))
         except SpecdeskError as err:
             bad.append(DraftCandidate(e, False, str(err)))
             continue

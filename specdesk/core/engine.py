@@ -106,6 +106,22 @@ class Engine:
             out = out["input_ids"]
         return [int(i) for i in out]
 
+    def prompt_ids(self, text: str, *, raw: bool = False, system: str | None = None) -> tuple[list[int], bool]:
+        """Token ids for a text prompt, and whether the chat template was applied.
+
+        A model with a chat template gets the text as one user message (after ``system``, if given) through
+        its template, as the model was trained to read it; ``raw=True`` sends the text as it is.
+        """
+        if system is not None and raw:
+            raise BadSetting("a system message needs the chat template: leave out --raw or --system")
+        if raw or not self.has_chat_template:
+            if system is not None:
+                raise BadSetting(f"{self.target.name} has no chat template, so it takes no system message")
+            return self.encode(text), False
+        messages = ([{"role": "system", "content": system}] if system is not None else []) + \
+            [{"role": "user", "content": text}]
+        return self.chat_ids(messages), True
+
     def decode_ids(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
@@ -201,11 +217,11 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     drafter, draft = resolve_drafter(target, draft, drafter)
     say = progress or (lambda msg: None)
     say(f"loading target {target}")
-    t = load_model(target, target_quant, double_quant, dtype, device)
+    t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
     d = None
     if draft is not None:
         say(f"loading draft {draft}")
-        d = load_model(draft, draft_quant, double_quant, dtype, t.device)
+        d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)
     say("checking compatibility")
     return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft,
                   lean_target=lean_target)

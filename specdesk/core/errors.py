@@ -25,3 +25,7 @@ class BadSetting(SpecdeskError):
 
 class OutOfMemory(SpecdeskError):
     """The device ran out of memory while loading or generating."""
+
+
+class OutOfDisk(SpecdeskError):
+    """Not enough free disk space for a file specdesk must write (a GGUF file's converted weights)."""

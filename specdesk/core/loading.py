@@ -1,8 +1,9 @@
-"""Finding and loading models: local folders, the local Hugging Face cache, and the bundled demo pair.
+"""Finding and loading models: local folders, GGUF files, the local Hugging Face cache, Ollama's store,
+and the bundled demo pair.
 
-Nothing here downloads. A name that is neither a folder nor already in the local Hugging Face cache
-is a clear error. Quantization goes through transformers' ``BitsAndBytesConfig`` with the compute
-dtype equal to the model dtype.
+Nothing here downloads. A name that is none of these is a clear error. A GGUF file is converted once into
+specdesk's cache (``specdesk.core.models.convert``) and then loads like any folder. Quantization goes
+through transformers' ``BitsAndBytesConfig`` with the compute dtype equal to the model dtype.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ def hf_cache_dir() -> Path:
 
 
 def resolve(ref: str | os.PathLike) -> Path:
-    """A model reference (demo name, folder, or Hugging Face id in the local cache) -> its folder."""
+    """A model reference -> its folder, or its GGUF file.
+
+    References: a demo name, a folder, a GGUF file (or a folder holding one), a Hugging Face id in the local
+    cache (``org/name``, or ``org/name/file.gguf`` for a GGUF repository), or ``ollama:name[:tag]``.
+    """
     text = str(ref).strip()
     if not text:
         raise ModelNotFound("no model given")
@@ -49,22 +54,84 @@ def resolve(ref: str | os.PathLike) -> Path:
         if not (path / "config.json").exists():
             raise ModelNotFound(f"the bundled model {text} is missing from {path.parent} (broken install?)")
         return path
+    if text.startswith("ollama:"):
+        from specdesk.core.models.stores import ollama_model
+
+        return ollama_model(text.removeprefix("ollama:"))
     path = Path(text).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise BadModel(f"{path} is a file; give the model's folder (the one holding config.json)")
-        return path.resolve()
-    looks_like_id = text.count("/") == 1 and not text.startswith((".", "/", "~"))
+            from specdesk.core.models.ggufheader import is_gguf_file
+
+            if is_gguf_file(path):
+                return path.resolve()
+            raise BadModel(f"{path} is a file but not a GGUF file; give a .gguf file or the model's folder "
+                           f"(the one holding config.json)")
+        return folder_model(path.resolve())
+    parts = text.split("/")
+    looks_like_id = len(parts) in (2, 3) and not text.startswith((".", "/", "~")) and \
+        (len(parts) == 2 or parts[2].lower().endswith(".gguf"))
     if looks_like_id:
         from huggingface_hub import snapshot_download
 
+        repo = "/".join(parts[:2])
         try:
-            return Path(snapshot_download(text, local_files_only=True))
+            snapshot = Path(snapshot_download(repo, local_files_only=True))
         except Exception:
+            where = f"no such file {text}, and " if len(parts) == 3 else ""
             raise ModelNotFound(
-                f"{text} is not in the local Hugging Face cache ({hf_cache_dir()}); specdesk never downloads: "
-                f"fetch it first (e.g. `hf download {text}`) or give a local folder") from None
-    raise ModelNotFound(f"no such model folder: {path}")
+                f"{where}{repo} is not in the local Hugging Face cache ({hf_cache_dir()}); specdesk never "
+                f"downloads: fetch it first (e.g. `hf download {repo}`) or give a local folder") from None
+        if len(parts) == 3:
+            if not (snapshot / parts[2]).is_file():
+                raise ModelNotFound(f"{parts[2]} is not in the local copy of {repo} ({snapshot})")
+            return snapshot / parts[2]
+        return folder_model(snapshot)
+    raise ModelNotFound(f"no such model folder or file: {path}")
+
+
+def folder_model(folder: Path) -> Path:
+    """A folder -> itself (a Hugging Face folder), or the one model GGUF file it holds."""
+    if (folder / "config.json").exists():
+        return folder
+    from specdesk.core.models.gguf import first_parts
+
+    ggufs = first_parts(folder)
+    if len(ggufs) == 1:
+        return ggufs[0]
+    if len(ggufs) > 1:
+        names = ", ".join(p.name for p in ggufs[:4]) + (", ..." if len(ggufs) > 4 else "")
+        raise BadModel(f"{folder} holds {len(ggufs)} GGUF files; give the one to load: {names}")
+    return folder
+
+
+def is_gguf(path: Path) -> bool:
+    """Whether a resolved model path is a GGUF file (resolve returns folders or GGUF files)."""
+    return Path(path).is_file()
+
+
+def model_name(ref: str | os.PathLike, path: Path) -> str:
+    """How a model is named in listings, logs and messages."""
+    text = str(ref).strip()
+    return text if text in DEMO_NAMES or text.startswith("ollama:") else path.name
+
+
+def gguf_description(path: Path, converted: Path) -> dict:
+    """What a loaded model's session log and status bar say about the GGUF file it came from."""
+    from specdesk.core.models.gguf import inspect_gguf
+
+    info = inspect_gguf(path)
+    return {"file": str(path), "architecture": info.architecture, "file_type": info.file_type,
+            "converted_folder": str(converted)}
+
+
+def loadable_folder(path: Path, torch_dtype, progress=None) -> Path:
+    """The folder transformers loads for a resolved model: a GGUF file is converted once into the cache."""
+    if not is_gguf(path):
+        return path
+    from specdesk.core.models.convert import converted_folder
+
+    return converted_folder(path, torch_dtype, progress)
 
 
 def _check_safetensors(path: Path) -> None:
@@ -171,12 +238,16 @@ class LoadedModel:
     eos_ids: frozenset[int]
     params: int
     weight_bytes: int
+    gguf: dict | None = None  # a model loaded from a GGUF file: its quantization and the converted folder
 
     def describe(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "quant": self.quant, "double_quant": self.double_quant,
-                "dtype": self.dtype, "device": self.device, "params": self.params,
-                "weight_bytes": self.weight_bytes, "vocab": self.vocab, "embedding_rows": self.embedding_rows,
-                "architecture": getattr(self.model.config, "model_type", "?")}
+        out = {"name": self.name, "path": str(self.path), "quant": self.quant, "double_quant": self.double_quant,
+               "dtype": self.dtype, "device": self.device, "params": self.params,
+               "weight_bytes": self.weight_bytes, "vocab": self.vocab, "embedding_rows": self.embedding_rows,
+               "architecture": getattr(self.model.config, "model_type", "?")}
+        if self.gguf is not None:
+            out["gguf"] = self.gguf
+        return out
 
 
 def quiet_transformers() -> None:
@@ -211,19 +282,21 @@ def eos_ids_of(path: Path, model, tokenizer) -> frozenset[int]:
 
 
 def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype: str = "auto",
-               device: str = "auto") -> LoadedModel:
-    """Load one model and its tokenizer, ready for inference."""
+               device: str = "auto", progress=None) -> LoadedModel:
+    """Load one model and its tokenizer, ready for inference. ``progress(message)`` hears of long steps."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     quiet_transformers()
-    path = resolve(ref)
-    cfg = check_model_folder(path)
+    source = resolve(ref)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
+    path = loadable_folder(source, torch_dtype, progress)
+    cfg = check_model_folder(path)
     qcfg = quantization_config(quant, double_quant, torch_dtype)
     if qcfg is not None and "quantization_config" in cfg:
-        raise BadSetting(f"{path.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
+        raise BadSetting(f"{source.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
                          f"load it with quantization none")
     tokenizer = load_tokenizer(path)
     kwargs = dict(dtype=torch_dtype, local_files_only=True, attn_implementation="sdpa")
@@ -234,22 +307,23 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         if qcfg is None:
             model = model.to(device)
     except torch.cuda.OutOfMemoryError:
-        raise OutOfMemory(f"out of GPU memory loading {path.name}: try a 4-bit quantization (nf4) or a smaller model") from None
+        raise OutOfMemory(f"out of GPU memory loading {source.name}: try a 4-bit quantization (nf4) or a smaller model") from None
     except MemoryError:
-        raise OutOfMemory(f"out of memory loading {path.name}") from None
-    except (ValueError, OSError, RuntimeError, KeyError, ImportError) as e:
+        raise OutOfMemory(f"out of memory loading {source.name}") from None
+    except (ValueError, OSError, RuntimeError, KeyError, ImportError, SafetensorError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadModel(f"could not load {path.name}: {first}") from None
+        raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
     if qcfg is not None and device == "cpu":
         from specdesk.core.bnb_cpu import prepare_4bit_layers
 
         prepare_4bit_layers(model)  # bitsandbytes' packed CPU layout, where this CPU gets it (see bnb_cpu)
-    name = str(ref) if str(ref) in DEMO_NAMES else path.name
+    name = model_name(ref, source)
     embedding_rows = model.get_input_embeddings().weight.shape[0]
     return LoadedModel(
-        name=name, path=path, model=model, tokenizer=tokenizer, quant=quant,
+        name=name, path=source, model=model, tokenizer=tokenizer, quant=quant,
         double_quant=double_quant and quant in ("nf4", "fp4"), dtype=str(torch_dtype).replace("torch.", ""),
         device=device, vocab=min(len(tokenizer), embedding_rows), embedding_rows=embedding_rows,
         eos_ids=eos_ids_of(path, model, tokenizer), params=sum(p.numel() for p in model.parameters()),
-        weight_bytes=int(model.get_memory_footprint()))
+        weight_bytes=int(model.get_memory_footprint()),
+        gguf=gguf_description(source, path) if is_gguf(source) else None)

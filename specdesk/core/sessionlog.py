@@ -4,7 +4,8 @@ A file holds one session (fixed models and device) and one or more generations:
 
     {"type": "header", "format": "specdesk-session/1", "versions": {...}, "device": ..., "target": {...},
      "draft": {...} | null, "drafter": ..., "settings": {...}, "created": ...}
-    {"type": "generation", "index": 0, "settings": {...}, "drafter": ..., "prompt": ..., "prompt_tokens": N}
+    {"type": "generation", "index": 0, "settings": {...}, "drafter": ..., "prompt": ..., "prompt_tokens": N,
+     "chat_template": true | false}
     {"type": "step", "generation": 0, "index": 0, "token_ids": [...], "drafted": 4, "accepted": 3, ...}
     {"type": "summary", "generation": 0, "stop_reason": ..., "text": ..., "stats": {...}}
     {"type": "error", "generation": 0, "message": ...}   (instead of a summary: out of memory, an engine error)
@@ -58,11 +59,17 @@ class SessionLogWriter:
         self._f.flush()
 
     def begin(self, prompt: str | list[int], settings: dict, drafter: str, prompt_tokens: int | None = None,
-              **extra) -> int:
-        """Start a generation; ``extra`` keys (e.g. a server's ``request``) go into its line as they are."""
+              chat_template: bool | None = None, system: str | None = None, **extra) -> int:
+        """Start a generation. ``chat_template``: whether the prompt went through the model's chat template;
+        ``extra`` keys (e.g. a server's ``request``) go into its line as they are."""
         self._generation += 1
-        self._write({"type": "generation", "index": self._generation, "created": _now(), "drafter": drafter,
-                     "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens, **extra})
+        line = {"type": "generation", "index": self._generation, "created": _now(), "drafter": drafter,
+                "settings": settings, "prompt": prompt, "prompt_tokens": prompt_tokens}
+        if chat_template is not None:
+            line["chat_template"] = chat_template
+        if system is not None:
+            line["system"] = system
+        self._write({**line, **extra})
         return self._generation
 
     def event(self, ev) -> None:

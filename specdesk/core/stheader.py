@@ -34,15 +34,27 @@ class TensorInfo:
 
 
 def read_header(path: Path) -> dict[str, TensorInfo]:
-    """Tensors of one .safetensors file. Raises ValueError for a file that is not one."""
+    """Tensors of one .safetensors file. Raises ValueError for a file that is not one, or is cut short."""
     with Path(path).open("rb") as f:
         raw = f.read(8)
         if len(raw) < 8:
-            raise ValueError("file too short")
+            raise ValueError("file too short" if raw else "the file is empty")
         (n,) = struct.unpack("<Q", raw)
         if n <= 0 or n > MAX_HEADER:
             raise ValueError("bad header length")
-        header = json.loads(f.read(n))
+        text = f.read(n)
+        if len(text) < n:
+            raise ValueError("truncated inside its header (interrupted download?)")
+        header = json.loads(text)
+        size = f.seek(0, 2)
+    try:
+        end = max((int(info["data_offsets"][1]) for name, info in header.items() if name != "__metadata__"),
+                  default=0)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError):
+        raise ValueError("its header is not a safetensors header") from None
+    if size < 8 + n + end:
+        raise ValueError(f"truncated: {size:,} bytes where its header promises {8 + n + end:,} "
+                         f"(interrupted download?)")
     out = {}
     for name, info in header.items():
         if name == "__metadata__":

@@ -1,6 +1,8 @@
-"""Where specdesk keeps its files: settings, session logs, measured memory peaks; where its icons are.
+"""Where specdesk keeps its files: settings, session logs, measured memory peaks, converted models; where its
+icons are.
 
-``SPECDESK_CONFIG_DIR`` and ``SPECDESK_DATA_DIR`` override the platform defaults (tests use them).
+``SPECDESK_CONFIG_DIR``, ``SPECDESK_DATA_DIR`` and ``SPECDESK_CACHE_DIR`` override the platform defaults
+(tests use them).
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ def data_dir() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("specdesk", appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Files specdesk can rebuild (GGUF files converted to safetensors): safe to delete."""
+    env = os.environ.get("SPECDESK_CACHE_DIR")
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("specdesk", appauthor=False))
 
 
 def logs_dir() -> Path:

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (QAbstractItemView, QComboBox, QDialog, QDialogBut
                                QHBoxLayout, QHeaderView, QLabel, QListWidget, QListWidgetItem, QPushButton,
                                QTableWidget, QTableWidgetItem, QVBoxLayout)
 
+from specdesk.core.discovery import display_name
 from specdesk.core.units import disk_size, param_count
 from specdesk.qt import theme
 from specdesk.qt.tasks import run_task
@@ -41,6 +42,14 @@ def _quant_box() -> QComboBox:
         box.addItem(text, q)
     box.setToolTip("bitsandbytes quantization (int8 / 4-bit need a CUDA GPU)")
     return box
+
+
+def _status(e) -> str:
+    if not e.usable:
+        return f"unusable: {e.reason}"
+    if getattr(e, "format", None) == "gguf":
+        return f"ready (GGUF {e.dtype}; converted on first load)"
+    return "ready" + (f" ({e.quantized})" if e.quantized else "")
 
 
 class ModelPickerDialog(QDialog):
@@ -156,9 +165,9 @@ class ModelPickerDialog(QDialog):
         self.entries = list(entries)
         self.table.setRowCount(len(self.entries))
         for r, e in enumerate(self.entries):
-            cells = (e.name, e.source, e.architecture or "-", human_count(e.params), human_bytes(e.bytes_on_disk),
+            cells = (display_name(e.name), e.source, e.architecture or "-", human_count(e.params), human_bytes(e.bytes_on_disk),
                      "-" if e.chat_template is None else ("yes" if e.chat_template else "no"),
-                     "ready" + (f" ({e.quantized})" if e.quantized else "") if e.usable else f"unusable: {e.reason}")
+                     _status(e))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(e.path if c == 0 else text)
@@ -169,7 +178,7 @@ class ModelPickerDialog(QDialog):
         self.target_box.blockSignals(True)
         self.target_box.clear()
         for e in usable:
-            self.target_box.addItem(f"{e.name}  ·  {human_count(e.params)} params", e.name)
+            self.target_box.addItem(f"{display_name(e.name)}  ·  {human_count(e.params)} params", e.name)
         self.target_box.blockSignals(False)
         i = self.target_box.findData(self._current.target)
         self.target_box.setCurrentIndex(max(i, 0))
@@ -212,7 +221,7 @@ class ModelPickerDialog(QDialog):
         tag = self._drafts_tag
         entries = list(self.entries)
         self.busy = True
-        self.status.setText(f"Checking which models can draft for {target}…")
+        self.status.setText(f"Checking which models can draft for {display_name(target)}…")
         run_task(lambda: drafts_for(target, entries), lambda c: self._set_drafts(tag, c), self._failed)
 
     def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "") -> QListWidgetItem:
@@ -233,12 +242,13 @@ class ModelPickerDialog(QDialog):
         first_good = None
         for c in self.candidates:
             if c.compatible:
-                item = self._add_draft_item(f"{c.entry.name}  ·  {human_count(c.entry.params)} params  ·  "
+                item = self._add_draft_item(f"{display_name(c.entry.name)}  ·  {human_count(c.entry.params)} params  ·  "
                                             f"{human_bytes(c.entry.bytes_on_disk)}", c.entry.name)
                 first_good = first_good or item
         for c in self.candidates:
             if not c.compatible:
-                self._add_draft_item(f"✗ {c.entry.name}: {c.reason}", c.entry.name, enabled=False, tip=c.reason)
+                self._add_draft_item(f"✗ {display_name(c.entry.name)}: {c.reason}", c.entry.name, enabled=False,
+                                     tip=c.reason)
         want = self._current.draft if self._current.target == self.target() else None
         if self._current.target == self.target() and self._current.drafter in ("ngram", "none"):
             want = NGRAM if self._current.drafter == "ngram" else NONE
@@ -250,7 +260,7 @@ class ModelPickerDialog(QDialog):
         chosen = chosen or first_good or self.draft_list.item(0)
         self.draft_list.setCurrentItem(chosen)
         good = sum(c.compatible for c in self.candidates)
-        self.status.setText(f"{good} compatible draft(s) for {self.target()}; "
+        self.status.setText(f"{good} compatible draft(s) for {display_name(self.target() or '')}; "
                             f"{len(self.candidates) - good} other model(s) cannot draft for it")
 
     def _draft_changed(self, item, _prev=None) -> None:

@@ -202,7 +202,8 @@ class EngineWorker(QObject):
             self.started.emit(req.tag, n_prompt or 0)
             writer = self._log_writer(req.settings)
             if writer is not None:
-                self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, n_prompt))
+                self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, n_prompt,
+                                               chat_template=bool(req.messages)))
             try:
                 for ev in events:
                     if writer is not None:

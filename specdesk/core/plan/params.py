@@ -12,8 +12,14 @@ the planner asks transformers itself instead of guessing from names. An architec
 not know is planned from the headers alone, with the split guessed from tensor names and marked
 ``estimated``.
 
-Analyses are cached per folder (keyed on the config's and weight files' size and mtime), because the
-GUI re-plans on every change of a setting.
+A GGUF file is planned from its header: transformers' GGUF loader rebuilds the config (kept in specdesk's
+cache, ``models.convert.config_folder``) and the meta-device model of that config gives the exact
+parameters and the linears bitsandbytes would quantize, as for a config.json. The weights are planned as
+what specdesk loads: dequantized to the compute dtype, then re-quantized if asked (the GGUF's own
+quantization does not survive the load).
+
+Analyses are cached per folder or file (keyed on the config's and weight files' size and mtime), because
+the GUI re-plans on every change of a setting.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdesk.core.errors import BadModel, SpecdeskError
-from specdesk.core.loading import DEMO_NAMES, read_config, resolve, weight_files
+from specdesk.core.loading import is_gguf, model_name, read_config, resolve, weight_files
 from specdesk.core.stheader import folder_tensors
 
 log = logging.getLogger(__name__)
@@ -266,6 +272,9 @@ _lock = threading.Lock()
 
 
 def _stamp(path: Path) -> tuple:
+    if is_gguf(path):
+        st = path.stat()
+        return ((path.name, st.st_size, st.st_mtime_ns),)
     items = []
     for p in [path / "config.json", path / "model.safetensors.index.json", *sorted(path.glob("*.safetensors"))]:
         try:
@@ -282,13 +291,13 @@ def analyze(ref: str | Path) -> ModelAnalysis:
     Raises ``ModelNotFound``/``BadModel`` with a one-line reason for what cannot be planned.
     """
     path = resolve(ref)
-    name = str(ref) if str(ref) in DEMO_NAMES else path.name
+    name = model_name(ref, path)
     key = (str(path), name, _stamp(path))
     with _lock:
         hit = _cache.get(key)
     if hit is not None:
         return hit
-    result = _analyze(path, name)
+    result = _analyze_gguf(path, name) if is_gguf(path) else _analyze(path, name)
     with _lock:
         _cache[key] = result
     return result
@@ -379,6 +388,23 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)), lean_fused_params=fused,
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
         notes=tuple(notes + kv_notes))
+
+
+def _analyze_gguf(path: Path, name: str) -> ModelAnalysis:
+    """A GGUF file: its config rebuilt by transformers from the header, sizes checked against its tensors."""
+    import dataclasses
+
+    from specdesk.core.models.convert import config_folder
+    from specdesk.core.models.gguf import check_gguf
+
+    info = check_gguf(path)
+    a = _analyze(config_folder(path, info.header), name)
+    notes = list(a.notes)
+    if a.params != info.params:
+        notes.append(f"the header's tensors hold {info.params:,} parameters, the architecture {a.params:,}")
+    notes.append(f"GGUF {info.file_type}: loaded dequantized to the compute dtype (then re-quantized if asked)")
+    return dataclasses.replace(a, path=str(path), source=f"GGUF header ({info.file_type}; meta-device model)",
+                               stored_bytes=info.stored_bytes, stored_dtype=info.file_type, notes=tuple(notes))
 
 
 def _numel(shape) -> int:

@@ -1,0 +1,289 @@
+"""GGUF files as models: small files written here with the gguf package's writer (F32, F16, Q8_0, Q4_0),
+converted once into the cache, equal to transformers' own GGUF load, found in LM Studio's and Ollama's
+layouts, planned from their headers, checked as drafts, and broken ones refused in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import PROMPTS
+from ggufwrite import CHAT_TEMPLATE, lmstudio_layout, ollama_layout, write_gguf
+
+ROOT = Path(__file__).resolve().parent.parent
+QTYPES = ("F32", "F16", "Q8_0", "Q4_0")
+
+
+def specdesk(*args, env_extra=None, timeout=300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    return subprocess.run([sys.executable, "-m", "specdesk", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def gguf_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf")
+
+
+@pytest.fixture(scope="module")
+def ggufs(gguf_dir, tiny_target) -> dict[str, Path]:
+    """The tiny target in each weight type; the Q8_0 one carries a chat template."""
+    return {q: write_gguf(tiny_target, gguf_dir / f"tiny-{q}.gguf", q,
+                          chat_template=CHAT_TEMPLATE if q == "Q8_0" else None) for q in QTYPES}
+
+
+@pytest.fixture(scope="module")
+def draft_ggufs(gguf_dir, tiny_draft) -> tuple[Path, Path]:
+    """A compatible draft, and one whose tokenizer swaps the tokens of ids 500 and 501."""
+    import json as _json
+
+    good = write_gguf(tiny_draft, gguf_dir / "draft-Q8_0.gguf", "Q8_0")
+    vocab = _json.loads((tiny_draft / "tokenizer.json").read_text())["model"]["vocab"]
+    by_id = {i: t for t, i in vocab.items()}
+    odd = write_gguf(tiny_draft, gguf_dir / "odd-draft-Q8_0.gguf", "Q8_0",
+                     tokens_override={500: by_id[501], 501: by_id[500]})
+    return good, odd
+
+
+def _state(model) -> dict:
+    return {k: v for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("qtype", QTYPES)
+def test_conversion_equals_transformers_gguf_load(qtype, ggufs, tiny_target):
+    """Weights equal (bit for bit) what transformers' GGUF loader produces; F32 equals the original folder;
+    the listing's and the planner's parameter counts equal the loaded model's."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specdesk.core.discovery import describe_gguf
+    from specdesk.core.loading import load_model
+    from specdesk.core.plan.params import analyze
+
+    path = ggufs[qtype]
+    loaded = load_model(str(path), device="cpu")
+    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    ours, theirs = _state(loaded.model), _state(ref)
+    assert set(ours) == set(theirs)
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    if qtype == "F32":
+        original = _state(AutoModelForCausalLM.from_pretrained(tiny_target))
+        assert all(torch.equal(ours[k], original[k]) for k in ours)
+    entry = describe_gguf(path, str(path), "added")
+    assert entry.usable and entry.dtype == qtype and entry.format == "gguf"
+    assert entry.params == analyze(str(path)).params == loaded.params
+    assert loaded.gguf["file_type"] == qtype and loaded.path == path.resolve()
+
+
+@pytest.mark.parametrize("quant", ["none", "nf4"])
+def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggufs):
+    """Planned from the header as dequantized (and re-quantized when asked): the bytes of a real load."""
+    from specdesk.core.loading import load_model
+    from specdesk.core.plan import QuantSpec, analyze, measure_weight_bytes, weight_bytes
+
+    path = ggufs["Q4_0"]
+    loaded = load_model(str(path), quant, device="cpu")
+    if quant == "nf4":
+        assert "Linear4bit" in {type(m).__name__ for m in loaded.model.modules()}
+    predicted = weight_bytes(analyze(str(path)), QuantSpec(quant), "float32").total
+    assert predicted == measure_weight_bytes(loaded.model)
+
+
+def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(gguf_dir, tiny_target):
+    from specdesk.core.loading import load_model
+    from specdesk.core.models.convert import entry_dir, needed_bytes
+    from specdesk.core.models.ggufheader import read_gguf_header
+
+    path = write_gguf(tiny_target, gguf_dir / "changing.gguf", "Q8_0")
+    first: list[str] = []
+    load_model(str(path), device="cpu", progress=first.append)
+    assert any("converting changing.gguf" in m and "100%" in m for m in first), first
+    header = read_gguf_header(path)
+    old = entry_dir(header)
+    written = sum(f.stat().st_size for f in (old / "float32").iterdir())
+    assert written <= needed_bytes(header, "float32")  # the free-space check asks for at least what is written
+    weights = old / "float32" / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    again: list[str] = []
+    load_model(str(path), device="cpu", progress=again.append)
+    assert again == [] and weights.stat().st_mtime_ns == stamp  # read from the cache, not converted
+    write_gguf(tiny_target, path, "Q4_0")  # the same file, new content
+    third: list[str] = []
+    m = load_model(str(path), device="cpu", progress=third.append)
+    assert any("100%" in msg for msg in third) and m.gguf["file_type"] == "Q4_0"
+    assert not old.exists()  # the conversion of the old version is removed
+
+
+def test_greedy_output_equals_transformers_generate_on_the_gguf(ggufs, draft_ggufs):
+    """Plain, prompt lookup and a GGUF draft (k=3 and auto): token-identical to transformers' generate."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import specdesk
+
+    path = ggufs["Q4_0"]
+    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    engine = specdesk.load(str(path), str(draft_ggufs[0]), device="cpu")
+    for prompt in PROMPTS[:2]:
+        ids = engine.encode(prompt)
+        with torch.inference_mode():
+            out = ref.generate(torch.tensor([ids]), max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                               eos_token_id=None, pad_token_id=0)
+        expected = out[0, len(ids):].tolist()
+        for drafter, k in (("none", 4), ("ngram", 4), ("model", 3), ("model", "auto")):
+            got = engine.generate(ids, max_new_tokens=24, k=k, drafter=drafter)
+            # EOS may end ours early; the reference ran on regardless, so compare the common prefix
+            assert got.token_ids == expected[:len(got.token_ids)], (drafter, k, prompt)
+            assert len(got.token_ids) == 24 or got.stop_reason == "eos"
+
+
+def test_gguf_drafts_are_checked_like_any_other(ggufs, draft_ggufs):
+    import specdesk
+    from specdesk.core.discovery import describe_gguf, drafts_for
+    from specdesk.core.errors import IncompatibleDraft
+
+    good, odd = draft_ggufs
+    target = ggufs["Q8_0"]
+    entries = [describe_gguf(p, str(p), "added") for p in (good, odd)]
+    rows = {c.entry.path: c for c in drafts_for(str(target), entries)}
+    assert rows[str(good)].compatible
+    assert not rows[str(odd)].compatible and "token id 500" in rows[str(odd)].reason
+    with pytest.raises(IncompatibleDraft, match=r"incompatible draft: token id 500 is .* in tiny-Q8_0.gguf but .* in "
+                                                r"odd-draft-Q8_0.gguf"):
+        specdesk.load(str(target), str(odd), device="cpu")
+
+
+def test_models_lists_lmstudio_ollama_and_llamacpp_files(ggufs, gguf_dir, tiny_target, tmp_path):
+    home = tmp_path / "home"
+    lms = lmstudio_layout(home, ggufs["Q8_0"])
+    shutil.copy(ggufs["F16"], lms.parent / "mmproj-tiny-F16.gguf")  # a projector: not a model
+    (lms.parent / "README.md").write_text("not a model")
+    write_gguf(tiny_target, lms.parent.parent / "odd-GGUF" / "odd.gguf", "F32", arch="bitnet-x")
+    cut = lms.parent.parent / "cut-GGUF" / "cut.gguf"
+    cut.parent.mkdir()
+    cut.write_bytes(ggufs["Q4_0"].read_bytes()[:-1000])  # an interrupted download
+    ollama = tmp_path / "ollama"
+    ollama_layout(ollama, ggufs["Q4_0"], "tiny", "q4", projector=ggufs["F16"])
+    older = home / ".cache" / "lm-studio" / "models" / "acme" / "tiny-F32" / "tiny-F32.gguf"  # LM Studio < 0.3
+    older.parent.mkdir(parents=True)
+    shutil.copy(ggufs["F32"], older)
+    llamacpp = tmp_path / "llamacpp"
+    llamacpp.mkdir()
+    shutil.copy(ggufs["F16"], llamacpp / "acme_tiny-GGUF_tiny-F16.gguf")
+    env = {"HOME": str(home), "OLLAMA_MODELS": str(ollama), "LLAMA_CACHE": str(llamacpp),
+           "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg"), "HF_HUB_CACHE": str(tmp_path / "no-hub")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    # side by side: the listing, and the planner on the Ollama model (from its header alone)
+    plan = subprocess.Popen([sys.executable, "-m", "specdesk", "plan", "--target", "ollama:tiny:q4", "--json",
+                             "--budget-gib", "1", "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    r = subprocess.run([sys.executable, "-m", "specdesk", "models", "--json"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {e["name"]: e for e in json.loads(r.stdout)}
+    lm = rows[str(lms)]
+    assert lm["source"] == "lmstudio" and lm["usable"] and lm["format"] == "gguf"
+    assert (lm["architecture"], lm["dtype"], lm["context_length"], lm["chat_template"]) == ("llama", "Q8_0", 1024, True)
+    tl = rows["ollama:tiny:q4"]
+    assert tl["source"] == "ollama" and tl["usable"] and tl["dtype"] == "Q4_0" and tl["params"] == lm["params"]
+    assert rows[str(llamacpp / "acme_tiny-GGUF_tiny-F16.gguf")]["source"] == "llama.cpp"
+    assert rows[str(older)]["source"] == "lmstudio" and rows[str(older)]["dtype"] == "F32"
+    assert not any("mmproj" in name for name in rows)
+    odd = rows[str(lms.parent.parent / "odd-GGUF" / "odd.gguf")]
+    assert not odd["usable"] and "architecture 'bitnet-x' cannot be loaded from GGUF by transformers" in odd["reason"]
+    assert not rows[str(cut)]["usable"] and "truncated" in rows[str(cut)]["reason"]
+    from specdesk.core.models.gguf import inspect_gguf
+
+    assert lm["params"] == inspect_gguf(ggufs["Q8_0"]).params
+    out, err = plan.communicate(timeout=300)
+    assert plan.returncode == 0, err
+    assert json.loads(out)["target"]["params"] == lm["params"]
+    r = specdesk("generate", "--target", "ollama:tiny:q4", "--prompt", "x = 1", "--max-new-tokens", "4", "--json",
+                 env_extra=env)
+    assert r.returncode == 0, r.stderr
+    assert len(json.loads(r.stdout)["token_ids"]) == 4
+
+
+def test_generate_applies_the_chat_template(ggufs, tmp_path, capsys):
+    from specdesk.core.sessionlog import read_log
+    from specdesk.core.loading import load_tokenizer
+    from specdesk.core.models.convert import tokenizer_folder
+
+    path = ggufs["Q8_0"]
+    tok = load_tokenizer(tokenizer_folder(path))
+    log = tmp_path / "chat.jsonl"
+    base = ("generate", "--target", str(path), "--drafter", "ngram", "--max-new-tokens", "3", "--json")
+    r = specdesk(*base, "--prompt", "def f(x):", "--system", "Be brief.", "--log", str(log))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    expected = tok.apply_chat_template([{"role": "system", "content": "Be brief."},
+                                        {"role": "user", "content": "def f(x):"}], add_generation_prompt=True,
+                                       tokenize=True)
+    expected = expected["input_ids"] if hasattr(expected, "keys") else expected
+    assert out["chat_template"] is True and out["stats"]["prompt_tokens"] == len(expected)
+    gen = read_log(log).generations[0].info
+    assert gen["chat_template"] is True and gen["system"] == "Be brief." and gen["prompt_tokens"] == len(expected)
+    # the other cases in this process (the converted model is cached: no second conversion)
+    from specdesk.cli import main
+
+    assert main([*base, "--prompt", "def f(x):", "--raw"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["chat_template"] is False and out["stats"]["prompt_tokens"] == len(tok("def f(x):")["input_ids"])
+    assert main(["generate", "--target", str(ggufs["F32"]), "--drafter", "none", "--prompt", "x", "--system", "hi"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "specdesk: error: tiny-F32.gguf has no chat template, so it takes no system message"]
+
+
+def _broken(kind: str, tmp: Path, tiny_target: Path, ggufs: dict) -> Path:
+    if kind in ("truncated safetensors", "empty safetensors", "no tokenizer"):
+        folder = tmp / kind.replace(" ", "-")
+        shutil.copytree(tiny_target, folder)
+        weights = folder / "model.safetensors"
+        if kind == "truncated safetensors":
+            weights.write_bytes(weights.read_bytes()[:-4096])
+        elif kind == "empty safetensors":
+            weights.write_bytes(b"")
+        else:
+            for f in ("tokenizer.json", "tokenizer_config.json"):
+                (folder / f).unlink()
+        return folder
+    if kind == "truncated gguf":
+        cut = tmp / "cut.gguf"
+        cut.write_bytes(ggufs["Q8_0"].read_bytes()[:-5000])
+        return cut
+    if kind == "split gguf":
+        return write_gguf(tiny_target, tmp / "tiny-00001-of-00002.gguf", "F16",
+                          extra={"split.no": 0, "split.count": 2})
+    return write_gguf(tiny_target, tmp / "bitnet.gguf", "F32", arch="bitnet-x")
+
+
+BROKEN = [
+    ("truncated safetensors", "truncated"),
+    ("empty safetensors", "empty"),
+    ("truncated gguf", "truncated"),
+    ("split gguf", "split into 2 parts"),
+    ("unsupported architecture", "architecture 'bitnet-x'"),
+    ("no tokenizer", "no tokenizer"),
+]
+
+
+def test_broken_files_are_one_line_exit_2(tmp_path, tiny_target, ggufs):
+    """Each in its own process (so nothing a library prints once per process hides), run side by side."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = {}
+    for kind, needle in BROKEN:
+        target = _broken(kind, tmp_path, tiny_target, ggufs)
+        procs[kind] = (needle, subprocess.Popen(
+            [sys.executable, "-m", "specdesk", "generate", "--target", str(target), "--drafter", "none",
+             "--prompt", "x"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for kind, (needle, p) in procs.items():
+        out, err = p.communicate(timeout=300)
+        lines = err.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and not out, (kind, err)
+        assert lines[0].startswith("specdesk: error: ") and needle in lines[0], (kind, lines[0])
