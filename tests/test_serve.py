@@ -107,7 +107,7 @@ def test_completions_greedy_and_sampled_match_specdesk_generate(server, chat_tar
     client = server.client()
     models = client.models.list()
     assert [m.id for m in models.data] == ["tiny-chat"]
-    want = generate_cli(capsys, chat_target, tiny_draft, PROMPT, 24, "--k", "3")
+    want = generate_cli(capsys, chat_target, tiny_draft, PROMPT, 24, "--k", "3", "--raw")  # completions: raw text
     got = client.completions.create(model="tiny-chat", prompt=PROMPT, max_tokens=24, temperature=0,
                                     extra_body={"specdesk": {"k": 3}})
     assert got.choices[0].text == want["text"]
@@ -123,7 +123,7 @@ def test_completions_greedy_and_sampled_match_specdesk_generate(server, chat_tar
     assert chunks[-1].usage.completion_tokens == len(want["token_ids"]) and not chunks[-1].choices
     # sampling: temperature, top_p and the seed reach the engine exactly as `generate` takes them
     want_s = generate_cli(capsys, chat_target, tiny_draft, PROMPT, 16, "--temperature", "0.8", "--top-p", "0.9",
-                          "--seed", "7", "--k", "3")  # a fixed k: with auto, the draws per step follow timings
+                          "--seed", "7", "--k", "3", "--raw")  # a fixed k: with auto, the draws per step follow timings
     got_s = client.completions.create(model="tiny-chat", prompt=PROMPT, max_tokens=16, temperature=0.8, top_p=0.9,
                                       seed=7, extra_body={"specdesk": {"k": 3}})
     assert got_s.model_extra["specdesk"]["token_ids"] == want_s["token_ids"]

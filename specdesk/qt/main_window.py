@@ -197,6 +197,8 @@ class MainWindow(QMainWindow):
         for lab in (self.device_label, self.models_label, self.state_label):
             sb.addWidget(lab)
         sb.addPermanentWidget(self.memory_label)
+        for lab in (self.device_label, self.models_label, self.state_label, self.memory_label):
+            lab.setMinimumWidth(40)  # long model names clip here instead of widening the window past the screen
         self._build_menus()
 
     def _build_menus(self) -> None:

@@ -155,7 +155,7 @@ class ModelPickerDialog(QDialog):
 
         self.busy = True
         self.status.setText("Looking for models…")
-        run_task(discover, self._set_entries, self._failed)
+        run_task(discover, self._set_entries, self._failed, owner=self)
 
     def _failed(self, msg: str) -> None:
         self.busy = False
@@ -222,7 +222,8 @@ class ModelPickerDialog(QDialog):
         entries = list(self.entries)
         self.busy = True
         self.status.setText(f"Checking which models can draft for {display_name(target)}…")
-        run_task(lambda: drafts_for(target, entries), lambda c: self._set_drafts(tag, c), self._failed)
+        run_task(lambda: drafts_for(target, entries), lambda c: self._set_drafts(tag, c), self._failed,
+                 owner=self)
 
     def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "") -> QListWidgetItem:
         item = QListWidgetItem(text)

@@ -336,7 +336,7 @@ class PlannerDialog(QDialog):
             self.target_box.setCurrentIndex(max(self.target_box.findData(current), 0))
             self.target_box.blockSignals(False)
 
-        run_task(discover, fill)
+        run_task(discover, fill, owner=self)
 
     def _load_candidates(self) -> None:
         """Compatible local drafts for the target: offered in the drafter box and to the recommendations."""
@@ -358,7 +358,7 @@ class PlannerDialog(QDialog):
                     self.draft_box.blockSignals(False)
             self.replan()
 
-        run_task(lambda: drafts_for(target), got, lambda msg: None)
+        run_task(lambda: drafts_for(target), got, lambda msg: None, owner=self)
 
     def _target_changed(self) -> None:
         self._target = self.target_box.currentData()
@@ -387,7 +387,7 @@ class PlannerDialog(QDialog):
         self._tag += 1
         tag = self._tag
         args = self.inputs()
-        run_task(lambda: plan(**args), lambda p: self._show(tag, p), lambda msg: self._failed(tag, msg))
+        run_task(lambda: plan(**args), lambda p: self._show(tag, p), lambda msg: self._failed(tag, msg), owner=self)
 
     def _failed(self, tag: int, msg: str) -> None:
         if tag != self._tag:

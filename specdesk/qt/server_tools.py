@@ -136,6 +136,7 @@ class ServerTools(QObject):
         self.local_action = self._add(menu, "Back to local models", self.back_to_local)
         self.status = QLabel("")
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status.setMinimumWidth(40)  # a long URL clips rather than widening the window
         win.statusBar().addPermanentWidget(self.status)
         self.panel = ServerPanel()
         self.panel.hide()

@@ -54,19 +54,26 @@ class _Relay(QObject):
     result = Signal(object)
     error = Signal(str)
 
-    def __init__(self, on_result, on_error) -> None:
+    def __init__(self, on_result, on_error, owner: QObject | None = None) -> None:
         super().__init__()
         self._on_result, self._on_error = on_result, on_error
+        self._owner_gone = False
+        if owner is not None:  # a dialog closed before its answer came: the answer has nowhere to go
+            owner.destroyed.connect(self._forget_owner)
         self.result.connect(self._deliver)
         self.error.connect(self._fail)
 
+    def _forget_owner(self) -> None:
+        self._owner_gone = True
+
     def _deliver(self, value) -> None:
         _alive.discard(self)
-        self._on_result(value)
+        if not self._owner_gone:
+            self._on_result(value)
 
     def _fail(self, msg: str) -> None:
         _alive.discard(self)
-        if self._on_error is not None:
+        if self._on_error is not None and not self._owner_gone:
             self._on_error(msg)
 
 
@@ -91,7 +98,9 @@ _alive: set[_Relay] = set()  # relays must outlive their job; dropped once it re
 
 
 def run_task(fn: Callable[[], object], on_result: Callable[[object], None],
-             on_error: Callable[[str], None] | None = None) -> None:
-    relay = _Relay(on_result, on_error)
+             on_error: Callable[[str], None] | None = None, owner: QObject | None = None) -> None:
+    """Run ``fn`` on the task thread; its result or error comes back on the GUI thread, unless ``owner`` (the
+    widget the callbacks draw into) was destroyed meanwhile."""
+    relay = _Relay(on_result, on_error, owner)
     _alive.add(relay)
     _pool().start(_Job(fn, relay))
