@@ -11,12 +11,28 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# MKL (torch's CPU BLAS) picks a slow generic sgemm path on AMD CPUs for the small matrix products of
-# decoding: verifying 5 positions cost 3.3x one position on this EPYC, 1.7x with the AVX2 code path
-# (devscripts/profile_gemm.py). Its conditional-reproducibility switch forces that path, and makes float
-# results the same on every AVX2 CPU. Read at MKL's first call, so it works as long as specdesk is imported
-# before any matrix product; a user's own setting wins.
-os.environ.setdefault("MKL_CBWR", "AVX2")
+# MKL (torch's CPU BLAS) dispatches its own best code path on Intel CPUs but a slower generic one on AMD CPUs for
+# the small matrix products of decoding: verifying 5 positions cost 3.3x one position on a Zen 3 EPYC, 1.7x with
+# the AVX2 path (devscripts/profile_gemm.py); on a Zen 4 EPYC with AVX-512 the AVX2 path decoded the demo target
+# 8% faster than MKL's own choice (devscripts/profile_mkl.py). Its conditional-reproducibility switch forces that
+# path, so specdesk sets it on AMD CPUs only: on Intel it would forbid MKL's AVX-512 kernels, and it could not be
+# measured there (README). Read at MKL's first call, so it works as long as specdesk is imported before any matrix
+# product; a user's own setting wins.
+def _cpu_vendor() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()  # Windows: "... AuthenticAMD"; elsewhere often empty
+
+
+if "AuthenticAMD" in _cpu_vendor():
+    os.environ.setdefault("MKL_CBWR", "AVX2")
 
 if TYPE_CHECKING:
     from specdesk.core.engine import Engine
