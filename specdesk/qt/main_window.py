@@ -162,6 +162,8 @@ class MainWindow(QMainWindow):
         vllm = QPushButton("vLLM…")
         vllm.setToolTip("The `vllm serve` command for this pair (speculative config, quantization, GPUs)")
         vllm.clicked.connect(self.open_vllm_export)
+        for lab in (self.pair_label, self.mode_label):
+            lab.setMinimumWidth(60)  # long model names clip instead of widening the window (a 1200-pixel screen)
         names = QVBoxLayout()
         names.setSpacing(0)
         names.addWidget(self.pair_label)
@@ -312,6 +314,7 @@ class MainWindow(QMainWindow):
         preferred = info.request.drafter or info.drafter
         self.controls.set_available_drafters(info.drafters, preferred)
         self.pair_label.setText(info.pair_label)
+        self.pair_label.setToolTip(info.pair_label)
         self.device_label.setText(f"device: {info.device}")
         t = info.description.get("target") or {}
         d = info.description.get("draft") or {}
