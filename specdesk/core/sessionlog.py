@@ -93,9 +93,17 @@ class SessionLogWriter:
         os.fsync(self._f.fileno())
 
     def close(self) -> None:
+        """Flush and close; a disk that fails now has already been reported by the writes (never raises)."""
         if not self._f.closed:
-            self._f.flush()
-            self._f.close()
+            try:
+                self._f.flush()
+            except OSError:
+                pass
+            finally:
+                try:
+                    self._f.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> "SessionLogWriter":
         return self

@@ -51,6 +51,21 @@ class RemoteRequest:
         return {"remote": self.url, "model": self.model, "mode": self.mode}
 
 
+def _lay_out(dialog: QDialog, note_text: str, form: QFormLayout, ok_text: str) -> None:
+    """A note, the form, and OK (named ``ok_text``) / Cancel: the two server dialogs' shape."""
+    note = QLabel(note_text)
+    note.setWordWrap(True)
+    note.setObjectName("muted")
+    buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+    buttons.button(QDialogButtonBox.StandardButton.Ok).setText(ok_text)
+    buttons.accepted.connect(dialog.accept)
+    buttons.rejected.connect(dialog.reject)
+    lay = QVBoxLayout(dialog)
+    lay.addWidget(note)
+    lay.addLayout(form)
+    lay.addWidget(buttons)
+
+
 class StartServerDialog(QDialog):
     def __init__(self, parent=None, port: int = DEFAULT_PORT) -> None:
         super().__init__(parent)
@@ -66,18 +81,8 @@ class StartServerDialog(QDialog):
         form.addRow("Port", self.port)
         form.addRow("", self.everywhere)
         form.addRow("API key", self.key)
-        note = QLabel("Serves the loaded pair at an OpenAI-compatible URL (chat and completions, streaming), with "
-                      "Prometheus metrics. The chat and the server take turns on the engine.")
-        note.setWordWrap(True)
-        note.setObjectName("muted")
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Start")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay = QVBoxLayout(self)
-        lay.addWidget(note)
-        lay.addLayout(form)
-        lay.addWidget(buttons)
+        _lay_out(self, "Serves the loaded pair at an OpenAI-compatible URL (chat and completions, streaming), with "
+                       "Prometheus metrics. The chat and the server take turns on the engine.", form, "Start")
 
     def values(self) -> tuple[str, int, str | None]:
         return ("0.0.0.0" if self.everywhere.isChecked() else "127.0.0.1", self.port.value(),
@@ -102,18 +107,8 @@ class ConnectDialog(QDialog):
         form.addRow("API key", self.key)
         form.addRow("Model", self.model)
         form.addRow("Mode", self.mode)
-        note = QLabel("Any OpenAI-compatible endpoint: specdesk serve, vLLM, llama.cpp's llama-server, LM Studio. "
-                      "Its /metrics (vllm:, llamacpp: or specdesk: names) is plotted live.")
-        note.setWordWrap(True)
-        note.setObjectName("muted")
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
-        buttons.button(QDialogButtonBox.StandardButton.Ok).setText("Connect")
-        buttons.accepted.connect(self.accept)
-        buttons.rejected.connect(self.reject)
-        lay = QVBoxLayout(self)
-        lay.addWidget(note)
-        lay.addLayout(form)
-        lay.addWidget(buttons)
+        _lay_out(self, "Any OpenAI-compatible endpoint: specdesk serve, vLLM, llama.cpp's llama-server, LM Studio. "
+                       "Its /metrics (vllm:, llamacpp: or specdesk: names) is plotted live.", form, "Connect")
 
     def request(self) -> RemoteRequest:
         return RemoteRequest(self.url.text().strip(), self.key.text().strip() or None,

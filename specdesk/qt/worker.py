@@ -315,10 +315,7 @@ class EngineWorker(QObject):
     @Slot()
     def close_log(self) -> None:
         if self._writer is not None:
-            try:
-                self._writer.close()
-            except OSError:
-                pass
+            self._writer.close()
             self._writer = None
 
     @Slot()

@@ -233,9 +233,6 @@ class EngineLoop:
 
     def _close_log(self) -> None:
         if self._writer is not None:
-            try:
-                self._writer.close()
-            except OSError:
-                pass
+            self._writer.close()
             self._writer = None
             self._writer_engine = None
