@@ -13,6 +13,7 @@ compared by a digest of their tokenizers without decoding them.
 from __future__ import annotations
 
 import hashlib
+import math
 import mmap
 import struct
 from dataclasses import dataclass, field
@@ -36,10 +37,7 @@ class GGUFTensor:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 @dataclass(frozen=True)
