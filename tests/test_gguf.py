@@ -287,3 +287,23 @@ def test_broken_files_are_one_line_exit_2(tmp_path, tiny_target, ggufs):
         lines = err.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and not out, (kind, err)
         assert lines[0].startswith("specdesk: error: ") and needle in lines[0], (kind, lines[0])
+
+
+def test_a_conversion_the_disk_cannot_hold_is_refused_before_writing(ggufs, tmp_path, monkeypatch, capsys):
+    """The disk is made to look nearly full (the standard library's reading, not our code, is replaced): the
+    first load refuses in one line naming the need and the free space, and writes nothing into the cache."""
+    from specdesk.cli import main
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(cache))
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=2 * 2**20))
+    assert main(["generate", "--target", str(ggufs["F16"]), "--drafter", "none", "--prompt", "x"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdesk: error: not enough disk space to convert tiny-F16.gguf")
+    assert "2.0 MiB is free" in lines[0] and "SPECDESK_CACHE_DIR" in lines[0]
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+    monkeypatch.setattr(shutil, "disk_usage", real)  # with the real free space the same load converts
+    assert main(["generate", "--target", str(ggufs["F16"]), "--drafter", "none", "--prompt", "x",
+                 "--max-new-tokens", "2"]) == 0
+    assert any(p.name.endswith(".safetensors") for p in cache.rglob("*"))
