@@ -23,8 +23,8 @@ speed-up's source); <i>vs plain</i>, the speed-up once you press <i>Compare with
 overall; how many draft tokens each step kept; and memory: what specdesk holds and what is free, RAM or GPU.</p>
 <p><b>Banners</b> above the chat appear when drafting slows a reply down, when a reply may not fit in memory,
 or when acceptance drifts down over a conversation, each with its fix one click away.</p>
-<p><b>Your own model</b>: Models → Add model folder… for a Hugging Face folder on disk (models already in your
-Hugging Face cache are listed without it), then Models → Choose models… to pick a target and a draft that
+<p><b>Your own model</b>: Models → Add model folder… for a Hugging Face folder or a folder of GGUF files
+(models in your Hugging Face cache, LM Studio's and Ollama's folders are listed without it), then Models → Choose models… to pick a target and a draft that
 shares its tokenizer, or prompt lookup (no draft at all). Tools → VRAM fit planner… says what fits before
 you load. Models with a chat template run as chat; others, like the demo pair (a small Python code model),
 continue your text.</p>
