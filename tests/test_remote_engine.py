@@ -117,6 +117,13 @@ def test_vllm_and_llamacpp_names():
     fig = F.figures(c, d)
     assert fig.prefix == "llamacpp:" and fig.tokens_per_second == 50.0 and fig.acceptance_rate is None
     assert (fig.running, fig.waiting, fig.kv_usage) == (2.0, 0.0, 0.5)
+    # draft counters under the names llama-server builds have used (no drafts count: no mean length)
+    for drafted, accepted in (("n_drafted_total", "n_drafted_accepted_total"), ("n_draft_total", "n_accepted_total")):
+        extra = "llamacpp:%s %%(dt)s\nllamacpp:%s %%(acc)s\n" % (drafted, accepted)
+        c = F.read_counters(parse((LLAMACPP_SCRAPE + extra) % dict(gen=10, dt=40, acc=10)), 0.0)
+        d = F.read_counters(parse((LLAMACPP_SCRAPE + extra) % dict(gen=60, dt=80, acc=40)), 1.0)
+        fig = F.figures(c, d)
+        assert fig.acceptance_rate == pytest.approx(30 / 40) and fig.mean_accepted_length is None
 
 
 def test_promtext_agrees_with_prometheus_client(served):

@@ -11,7 +11,10 @@ does (vLLM's ``SpecDecodingProm`` docstring gives the formulas):
 Names are read for three servers (checked against vLLM v0.32.0's docs and ``vllm/v1/metrics/loggers.py``,
 ``vllm/v1/spec_decode/metrics.py``; llama.cpp's server: ``llamacpp:tokens_predicted_total``,
 ``llamacpp:requests_processing``, ``llamacpp:requests_deferred``, ``llamacpp:kv_cache_usage_ratio``, and
-its draft counters under either its own or vLLM's shape; specdesk's own ``specdesk:`` names are vLLM's):
+its draft counters under either vLLM's shape or the names seen scraped from llama-server builds by other
+projects' code (``n_drafted_total``/``n_drafted_accepted_total``, ``n_draft_total``/``n_draft_accepted_total``,
+``n_accepted_total``: llama.cpp has renamed them between builds, and stock builds may export none); specdesk's
+own ``specdesk:`` names are vLLM's):
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ FAMILIES = {
     "generation_tokens": ("generation_tokens_total", "tokens_predicted_total"),
     "prompt_tokens": ("prompt_tokens_total",),
     "drafts": ("spec_decode_num_drafts_total", "n_draft_verif_steps_total"),
-    "draft_tokens": ("spec_decode_num_draft_tokens_total", "n_draft_tokens_total", "n_draft_total"),
-    "accepted": ("spec_decode_num_accepted_tokens_total", "n_draft_accepted_total"),
+    "draft_tokens": ("spec_decode_num_draft_tokens_total", "n_draft_tokens_total", "n_draft_total",
+                     "n_drafted_total"),
+    "accepted": ("spec_decode_num_accepted_tokens_total", "n_draft_accepted_total", "n_drafted_accepted_total",
+                 "n_accepted_total"),
     "running": ("num_requests_running", "requests_processing"),
     "waiting": ("num_requests_waiting", "requests_deferred"),
     "kv_usage": ("kv_cache_usage_perc", "gpu_cache_usage_perc", "kv_cache_usage_ratio"),
