@@ -85,6 +85,12 @@ def main() -> int:
     ap.add_argument("--archive", action="store_true", help="also write a .tar.gz of the folder")
     args = ap.parse_args()
     if not args.check_only:
+        import importlib.util
+
+        if importlib.util.find_spec("PyInstaller") is None:
+            print("build.py: error: PyInstaller is not installed here: python -m pip install pyinstaller",
+                  file=sys.stderr)
+            return 2
         build()
     check()
     size = folder_bytes(APP)
