@@ -124,6 +124,7 @@ def save_draft(draft, out: Path, target, *, head_ids: torch.Tensor | None, targe
         "head_ids": HEAD_IDS_KEY if head_ids is not None else None,
         "head_vocab": int(head_ids.numel()) if head_ids is not None else int(tcfg.vocab_size),
         "target": {"name": target.name, "file": Path(target_source).name, "sha256": target_sha256,
+                   "bytes": Path(target_source).stat().st_size if Path(target_source).is_file() else None,
                    "hidden_size": int(tcfg.hidden_size), "vocab_size": int(tcfg.vocab_size),
                    "num_hidden_layers": int(tcfg.num_hidden_layers)},
     }

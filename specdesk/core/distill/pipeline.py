@@ -165,6 +165,9 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     save_draft(trainer.draft, out, target, head_ids=trainer.head_ids, target_sha256=sha, target_source=source)
     write_card(out, cfg, trainer, target_name=target.name, target_source=source, target_sha256=sha,
                cpu=platform.processor() or platform.machine(), torch_threads=torch.get_num_threads())
+    from specdesk.core import userdirs
+
+    userdirs.add_folder(out.resolve())  # listed by `specdesk models` and offered first for its target
     yield DistillEvent("done", f"wrote the draft to {out}", fraction=1.0, step=trainer.step,
                        agreement=trainer.last_agreement, elapsed_s=trainer.elapsed, curve=trainer.curve_tuple(),
                        out=str(out))
