@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             agree = f"{ev.agreement:.3f}" if ev.agreement is not None else "-"
             line = (f"step {ev.step}{'/' + str(ev.total_steps) if ev.total_steps else ''}  {ev.fraction:5.1%}  "
-                    f"loss {ev.loss:.3f}  held-out agreement {agree}  ETA {_eta(ev.eta_s)}")
+                    f"loss {'-' if ev.loss is None else format(ev.loss, '.3f')}  held-out agreement {agree}  ETA {_eta(ev.eta_s)}")
         elif ev.phase == "data":
             line = f"{ev.message}  ETA {_eta(ev.eta_s)}"
         else:

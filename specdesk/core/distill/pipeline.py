@@ -154,7 +154,9 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     for ev in trainer.run(cancel):
         yield ev
     if cancel.is_set():
-        yield DistillEvent("done", "cancelled; resume with --resume", out=str(out), curve=trainer.curve_tuple())
+        yield DistillEvent("done", f"cancelled at step {trainer.step}; the checkpoint is kept (resume goes on from it)",
+                           step=trainer.step, agreement=trainer.last_agreement, elapsed_s=trainer.elapsed,
+                           curve=trainer.curve_tuple(), out=str(out))
         return
 
     # ---- the draft folder

@@ -258,6 +258,7 @@ class Trainer:
         eta = max(0.0, min(etas))
         total = cfg.steps if cfg.steps and not cfg.minutes else None
         agree = f"{self.last_agreement:.3f}" if self.last_agreement is not None else "-"
-        return DistillEvent("train", f"step {self.step}: loss {loss:.3f}, held-out agreement {agree}",
+        loss_text = f"{loss:.3f}" if loss is not None else "-"
+        return DistillEvent("train", f"step {self.step}: loss {loss_text}, held-out agreement {agree}",
                             fraction=frac, step=self.step, total_steps=total, eta_s=eta, agreement=self.last_agreement,
                             loss=loss, tokens=self.train_tokens, elapsed_s=self.elapsed, curve=self.curve_tuple())
