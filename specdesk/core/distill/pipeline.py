@@ -18,7 +18,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specdesk.core.errors import BadSetting

@@ -205,8 +205,6 @@ class Trainer:
         self.curve.append((self.step, round(self.elapsed, 1), round(agreement, 4), round(tpp, 4)))
 
     def run(self, cancel) -> Iterator:
-        from specdesk.core.distill.pipeline import DistillEvent
-
         cfg = self.cfg
         if not self.train:
             from specdesk.core.errors import BadSetting
