@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         return _standalone(args)
     cfg = DistillConfig(target=args.target, out=Path(args.out), minutes=args.minutes, steps=args.steps,
                         device=args.device, resume=args.resume,
-                        command="specdesk " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+                        # the command that rebuilds the draft from nothing (a resumed run ends where a whole one does)
+                        command="specdesk " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--resume"))
     if args.prompts is not None:
         cfg.train_prompts = args.prompts
     if args.layers is not None:
