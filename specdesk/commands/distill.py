@@ -33,6 +33,18 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def rebuild_command(args: argparse.Namespace) -> str:
+    """The command that rebuilds the draft from nothing (a resumed run ends where a whole one does)."""
+    parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
+    for flag, value in (("--minutes", args.minutes), ("--steps", args.steps), ("--prompts", args.prompts),
+                        ("--layers", args.layers), ("--head-vocab", args.head_vocab)):
+        if value is not None:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if args.device != "auto":
+        parts += ["--device", args.device]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
 def _eta(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -47,8 +59,7 @@ def run(args: argparse.Namespace) -> int:
         return _standalone(args)
     cfg = DistillConfig(target=args.target, out=Path(args.out), minutes=args.minutes, steps=args.steps,
                         device=args.device, resume=args.resume,
-                        # the command that rebuilds the draft from nothing (a resumed run ends where a whole one does)
-                        command="specdesk " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "--resume"))
+                        command=rebuild_command(args))
     if args.prompts is not None:
         cfg.train_prompts = args.prompts
     if args.layers is not None:
