@@ -12,7 +12,8 @@ import sys
 from specdesk import __version__
 from specdesk.core.errors import SpecdeskError
 
-COMMANDS = ("generate", "models", "plan", "bench", "report", "screenshot", "serve", "export", "desktop_entry")
+COMMANDS = ("generate", "models", "plan", "bench", "report", "screenshot", "serve", "export", "desktop_entry",
+            "distill")
 
 
 class UsageError(SpecdeskError):

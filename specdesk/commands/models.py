@@ -42,9 +42,11 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps([c.to_dict() for c in cands], indent=2))
             return 0
         good = [c for c in cands if c.compatible]
-        print(f"Compatible drafts for {args.drafts_for} (smallest first):")
+        print(f"Compatible drafts for {args.drafts_for} (distilled for it first, then smallest first):")
         for c in good:
-            print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  {disk_size(c.entry.bytes_on_disk):>9s}")
+            note = f"  ({c.reason})" if c.reason else ""
+            print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  "
+                  f"{disk_size(c.entry.bytes_on_disk):>9s}{note}")
         if not good:
             print("  none (prompt lookup, --drafter ngram, needs no draft model)")
         others = [c for c in cands if not c.compatible]

@@ -40,6 +40,7 @@ class ModelEntry:
     chat_template: bool | None = None
     format: str = "safetensors"  # or "gguf" (converted once into specdesk's cache when first loaded)
     context_length: int | None = None
+    draft_for: dict | None = None  # a distilled draft: its target (name, file, sha256, shapes), see core.distill
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,6 +85,9 @@ def describe_folder(path: Path, name: str, source: str) -> ModelEntry:
                 quantized=(quant.get("quant_method", "yes") if isinstance(quant, dict) else None),
                 chat_template=_has_chat_template(path), bytes_on_disk=_safe_bytes(path),
                 context_length=tcfg.get("max_position_embeddings"))
+    borrow = cfg.get("specdesk") if isinstance(cfg.get("specdesk"), dict) else None
+    if borrow and borrow.get("borrows"):
+        info["draft_for"] = borrow.get("target") or {}
     try:
         files = weight_files(path)
     except SpecdeskError as e:
@@ -96,7 +100,7 @@ def describe_folder(path: Path, name: str, source: str) -> ModelEntry:
         tensors = folder_tensors(files)
     except (OSError, ValueError) as e:
         return ModelEntry(**base, usable=False, reason=f"unreadable weights file: {e}", **info)
-    params = sum(t.numel for t in tensors.values())
+    params = sum(t.numel for n, t in tensors.items() if n != "specdesk.head_ids")  # a reduced head's token ids
     if not any((path / f).exists() for f in TOKENIZER_FILES):
         return ModelEntry(**base, usable=False, reason="no tokenizer files", params=params, **info)
     return ModelEntry(**base, usable=True, params=params, **info)
@@ -229,6 +233,8 @@ def discover(include_hf_cache: bool = True, include_stores: bool = True) -> list
     bundled = bundled_models_dir()
     for name in DEMO_NAMES:
         entries.append(describe_folder(bundled / name, name, "bundled"))
+    for folder in _bundled_drafts(bundled):  # drafts specdesk distilled for models users fetch themselves
+        entries.append(describe_folder(folder, str(folder), "bundled"))
     if include_hf_cache:
         entries.extend(_hf_cache_entries())
     if include_stores:
@@ -244,6 +250,47 @@ def discover(include_hf_cache: bool = True, include_stores: bool = True) -> list
         else:
             entries.extend(_folder_entries(p, folder, "added"))
     return _without_repeats(entries)
+
+
+def _bundled_drafts(bundled: Path) -> list[Path]:
+    try:
+        return sorted(p for p in bundled.iterdir()
+                      if p.name not in DEMO_NAMES and p.is_dir() and (p / "config.json").exists())
+    except OSError:
+        return []
+
+
+_hashes: dict[tuple, str] = {}
+
+
+def _target_sha256(path: Path) -> str | None:
+    """The sha256 a distilled draft names for its target (a GGUF file's, or a folder's weights), cached."""
+    from specdesk.core.distill.pipeline import file_sha256
+
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _hashes:
+        _hashes[key] = file_sha256(path)
+    return _hashes[key]
+
+
+def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bool, str]:
+    """(whether this is the draft distilled for exactly this target, why it cannot serve it or "")."""
+    want = e.draft_for or {}
+    named = want.get("name") or "another model"
+    if want.get("vocab_size") and t_entry.vocab_size and want["vocab_size"] != t_entry.vocab_size:
+        return False, f"distilled for {named}: it borrows that model's embeddings (vocabulary {want['vocab_size']})"
+    if want.get("sha256") and want.get("sha256") == _target_sha256(t_path):
+        return True, ""
+    from specdesk.core.plan.params import analyze_or_none
+
+    a = analyze_or_none(str(t_path))
+    if a is not None and want.get("hidden_size") and a.hidden_size != want["hidden_size"]:
+        return False, f"distilled for {named}: it borrows that model's embeddings (hidden size {want['hidden_size']})"
+    return False, ""
 
 
 def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
@@ -315,14 +362,15 @@ class DraftCandidate:
 
 
 def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[DraftCandidate]:
-    """Local models that can draft for ``target``: compatible ones smallest first, then the others with why."""
+    """Local models that can draft for ``target``: drafts distilled for it first, then compatible ones smallest
+    first, then the others with why."""
     from specdesk.core.compat import check_tokenizers
 
     t_path = resolve(target)
     t_entry = describe_path(t_path, target, "target")
     t_digest = _tokenizer_digest(t_path)
     t_tok = None
-    good, bad = [], []
+    good, bad, own = [], [], []
     for e in entries if entries is not None else discover():
         if e.path and Path(e.path).resolve() == t_path.resolve():
             continue
@@ -332,6 +380,14 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
         if t_entry.params and e.params and e.params >= t_entry.params:
             bad.append(DraftCandidate(e, False, "not smaller than the target"))
             continue
+        if e.draft_for is not None:  # a distilled draft: made for one target, whose tensors it borrows
+            mine, why = _distilled_fit(e, t_path, t_entry)
+            if why:
+                bad.append(DraftCandidate(e, False, why))
+                continue
+            if mine:
+                own.append(DraftCandidate(e, True, "distilled for this model"))
+                continue
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
             good.append(DraftCandidate(e, True))  # byte-identical tokenizer files: same mapping
             continue
@@ -343,4 +399,4 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
             continue
         (good if comp.ok else bad).append(DraftCandidate(e, comp.ok, comp.reason))
     good.sort(key=lambda c: (c.entry.params or 0, c.entry.bytes_on_disk))
-    return good + bad
+    return own + good + bad  # drafts distilled for this very target first

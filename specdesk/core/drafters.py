@@ -94,12 +94,19 @@ class ModelDrafter(Drafter):
     name = "model"
     reports_confidence = True
 
-    def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True) -> None:
+    def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True,
+                 head_ids: torch.Tensor | None = None) -> None:
         self.model = model
         self.vocab = vocab
         self.target_vocab = target_vocab
+        # A reduced head (a distilled draft, FR-Spec): logit i is token head_ids[i]; every other token has
+        # probability 0 under the draft (never proposed; zero columns when sampling).
+        self.head_ids = head_ids
         self.seq = ModelSequence(model, lean)
         self.device = self.seq.device
+        if head_ids is not None:
+            self.head_ids = head_ids.to(self.device)
+            self.vocab = int(head_ids.numel())
 
     @property
     def lean_reason(self) -> str | None:
@@ -133,6 +140,8 @@ class ModelDrafter(Drafter):
                 tok = sample(p, generator).view(1)
                 probs.append(p)
                 q = p[tok[0]]
+            if self.head_ids is not None:
+                tok = self.head_ids[tok]  # head position -> token id
             tokens.append(tok)
             if keep is not None:
                 confidences.append(float(q))  # host reads: on a GPU one sync per drafted token
@@ -145,6 +154,9 @@ class ModelDrafter(Drafter):
         if sampling.greedy:
             return Proposal(out, confidences=conf)
         p = torch.stack(probs)  # (m, vocab)
+        if self.head_ids is not None:
+            full = torch.zeros(p.shape[0], self.target_vocab, dtype=p.dtype, device=p.device)
+            return Proposal(out, full.index_copy_(1, self.head_ids, p), conf)
         if self.target_vocab > self.vocab:
             p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
         return Proposal(out, p, conf)

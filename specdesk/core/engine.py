@@ -17,7 +17,7 @@ from specdesk.core.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafte
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
-from specdesk.core.loading import LoadedModel, load_model
+from specdesk.core.loading import LoadedModel, load_borrowing_draft, load_model, resolve
 from specdesk.core.membudget import MemoryBudget, guarded
 from specdesk.core.pairing import DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
@@ -49,7 +49,7 @@ class Engine:
             self.compatibility.raise_if_bad()
             shared = min(self.compatibility.shared_vocab, draft.vocab, target.vocab)
             self._model_drafter = ModelDrafter(draft.model, vocab=shared, target_vocab=target.vocab,
-                                               lean=lean_draft)
+                                               lean=lean_draft, head_ids=draft.head_ids)
 
     @property
     def tokenizer(self):
@@ -221,7 +221,12 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     d = None
     if draft is not None:
         say(f"loading draft {draft}")
-        d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)
+        from specdesk.core.distill.draft import borrow_info
+
+        if borrow_info(resolve(draft)) is not None:  # a distilled draft: built on the target's embeddings
+            d = load_borrowing_draft(draft, t, progress=say)
+        else:
+            d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)
     say("checking compatibility")
     return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft,
                   lean_target=lean_target)

@@ -239,6 +239,9 @@ class LoadedModel:
     params: int
     weight_bytes: int
     gguf: dict | None = None  # a model loaded from a GGUF file: its quantization and the converted folder
+    # a distilled draft (specdesk.core.distill.draft): the target tensors it shares, and its reduced head's token ids
+    borrowed: tuple[str, ...] = ()
+    head_ids: object = None
 
     def describe(self) -> dict:
         out = {"name": self.name, "path": str(self.path), "quant": self.quant, "double_quant": self.double_quant,
@@ -247,6 +250,8 @@ class LoadedModel:
                "architecture": getattr(self.model.config, "model_type", "?")}
         if self.gguf is not None:
             out["gguf"] = self.gguf
+        if self.borrowed:
+            out["borrowed_from_target"] = list(self.borrowed)
         return out
 
 
@@ -281,6 +286,30 @@ def eos_ids_of(path: Path, model, tokenizer) -> frozenset[int]:
     return frozenset(int(i) for i in ids)
 
 
+def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> LoadedModel:
+    """A distilled draft that borrows ``target``'s embeddings (and head), built next to it on its device."""
+    from specdesk.core.distill.draft import borrow_info, build_from_folder
+
+    source = resolve(ref)
+    info = borrow_info(source)
+    if info is None:
+        raise BadModel(f"{source} is not a distilled draft")
+    cfg = check_model_folder(source)
+    tokenizer = load_tokenizer(source)
+    model, head_ids = build_from_folder(source, target.model, model_name(ref, source), target.name)
+    own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
+    if head_ids is not None:  # the reduced head is the draft's own copy of the target's rows
+        own.append(model.lm_head.weight)
+    embedding_rows = model.get_input_embeddings().weight.shape[0]
+    return LoadedModel(
+        name=model_name(ref, source), path=source, model=model, tokenizer=tokenizer, quant="none",
+        double_quant=False, dtype=target.dtype, device=target.device, vocab=min(len(tokenizer), embedding_rows),
+        embedding_rows=embedding_rows, eos_ids=eos_ids_of(source, model, tokenizer),
+        params=sum(p.numel() for p in own), weight_bytes=sum(p.numel() * p.element_size() for p in own),
+        borrowed=tuple(b for b in info["borrows"] if head_ids is None or b != "lm_head.weight"),
+        head_ids=head_ids)
+
+
 def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype: str = "auto",
                device: str = "auto", progress=None) -> LoadedModel:
     """Load one model and its tokenizer, ready for inference. ``progress(message)`` hears of long steps."""
@@ -294,6 +323,10 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     torch_dtype = resolve_dtype(dtype, device)
     path = loadable_folder(source, torch_dtype, progress)
     cfg = check_model_folder(path)
+    if isinstance(cfg.get("specdesk"), dict) and cfg["specdesk"].get("borrows"):
+        want = cfg["specdesk"].get("target", {}).get("name", "its target")
+        raise BadModel(f"{source.name} is a distilled draft that borrows {want}'s embeddings: load it as the "
+                       f"draft of that target (or write a standalone copy: specdesk distill --standalone)")
     qcfg = quantization_config(quant, double_quant, torch_dtype)
     if qcfg is not None and "quantization_config" in cfg:
         raise BadSetting(f"{source.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "

@@ -223,6 +223,7 @@ class MainWindow(QMainWindow):
         self.planner_action = self._action(tools, "VRAM fit planner…", self.open_planner, "Ctrl+P")
         self._action(tools, "vLLM command…", self.open_vllm_export)
         self._action(tools, "Compare with plain decoding", self.compare)
+        self._action(tools, "Train a draft for this model…", self.open_distill)
         from specdesk.qt.server_tools import install
 
         self.server_tools = install(self, tools)  # Start server… / Stop server / Connect to a server…
@@ -648,6 +649,15 @@ class MainWindow(QMainWindow):
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dlg.open()
         self.vllm_dialog = dlg
+        return dlg
+
+    def open_distill(self):
+        from specdesk.qt.distill_dialog import DistillDialog
+
+        dlg = DistillDialog(self, self.request.target)
+        dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dlg.open()
+        self.distill_dialog = dlg
         return dlg
 
     def show_welcome(self) -> None:

@@ -243,8 +243,9 @@ class ModelPickerDialog(QDialog):
         first_good = None
         for c in self.candidates:
             if c.compatible:
+                note = f"  ·  {c.reason}" if c.reason else ""  # "distilled for this model" (listed first)
                 item = self._add_draft_item(f"{display_name(c.entry.name)}  ·  {human_count(c.entry.params)} params  ·  "
-                                            f"{human_bytes(c.entry.bytes_on_disk)}", c.entry.name)
+                                            f"{human_bytes(c.entry.bytes_on_disk)}{note}", c.entry.name)
                 first_good = first_good or item
         for c in self.candidates:
             if not c.compatible:

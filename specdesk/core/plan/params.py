@@ -372,6 +372,15 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         source = "safetensors headers" if matched else "config.json (meta-device model)"
     else:
         source = "config.json (meta-device model)"
+    borrow = cfg.get("specdesk") if isinstance(cfg.get("specdesk"), dict) else {}
+    if borrow.get("borrows"):  # a distilled draft: the target's tensors it shares are the target's, not counted twice
+        for n in borrow["borrows"]:
+            shapes.pop(n, None)
+        if borrow.get("head_ids"):  # its reduced head: its own copy of head_vocab rows of the target's head
+            shapes["lm_head.weight"] = (int(borrow.get("head_vocab", 0)), int(getattr(config, "hidden_size", 0)))
+        notes = [n for n in notes if "does not use" not in n]
+        shared = ["embeddings"] + ([] if borrow.get("head_ids") else ["output head"])
+        notes.append(f"borrows the target's {' and '.join(shared)} at load time (counted with the target)")
     linears = tuple(LinearInfo(n, _numel(shapes[n]), *quantized[n]) for n in shapes if n in quantized)
     kv, kv_notes = _kv_layout(config)
     fused, layer_params = _lean_params(model)

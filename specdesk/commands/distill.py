@@ -1,0 +1,101 @@
+"""``specdesk distill``: train a small draft for a target from the target's own replies (specdesk.core.distill)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("distill", help="train a draft model for a target (from the target's own replies)",
+                       description="Train a small draft for TARGET: the target answers chat prompts written from "
+                                   "templates, a few layers of its own shape learn its distributions, and DIR becomes "
+                                   "a Hugging Face folder that borrows the target's embeddings and head (specdesk "
+                                   "loads it as that target's draft). Resumable: add --resume to go on after a stop. "
+                                   "With --standalone, write an existing draft out as an ordinary model instead.")
+    p.add_argument("--target", required=True, help="the target model (folder, GGUF file, Hugging Face id in the cache)")
+    p.add_argument("--out", required=True, metavar="DIR", help="the draft folder to write (its work files go in DIR/.distill)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--minutes", type=float, default=None, help="training time (default 30; data generation extra)")
+    budget.add_argument("--steps", type=int, default=None, help="training steps instead of a time")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present, bf16), cpu, cuda or cuda:N")
+    p.add_argument("--resume", action="store_true", help="go on from DIR's data and last checkpoint")
+    p.add_argument("--prompts", type=int, default=None, help="training prompts for the target to answer (default 640)")
+    p.add_argument("--layers", type=int, default=None, help="draft decoder layers (default 2)")
+    p.add_argument("--head-vocab", type=int, default=None,
+                   help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
+    p.add_argument("--standalone", metavar="DRAFT", default=None,
+                   help="write DRAFT (a distilled folder) with the target's tensors copied in to --out, for vLLM or "
+                        "transformers, and exit")
+    p.set_defaults(func=run)
+
+
+def rebuild_command(args: argparse.Namespace) -> str:
+    """The command that rebuilds the draft from nothing (a resumed run ends where a whole one does)."""
+    parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
+    for flag, value in (("--minutes", args.minutes), ("--steps", args.steps), ("--prompts", args.prompts),
+                        ("--layers", args.layers), ("--head-vocab", args.head_vocab)):
+        if value is not None:
+            parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
+    if args.device != "auto":
+        parts += ["--device", args.device]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from specdesk.core.distill.pipeline import DistillConfig, distill
+
+    if args.standalone:
+        return _standalone(args)
+    cfg = DistillConfig(target=args.target, out=Path(args.out), minutes=args.minutes, steps=args.steps,
+                        device=args.device, resume=args.resume,
+                        command=rebuild_command(args))
+    if args.prompts is not None:
+        cfg.train_prompts = args.prompts
+    if args.layers is not None:
+        cfg.layers = args.layers
+    if args.head_vocab is not None:
+        cfg.head_vocab = args.head_vocab
+    tty = sys.stderr.isatty()
+    last = 0.0
+    for ev in distill(cfg):
+        now = time.monotonic()
+        if ev.phase == "train":
+            if now - last < (0.5 if tty else 10.0) and not (ev.total_steps and ev.step == ev.total_steps):
+                continue
+            agree = f"{ev.agreement:.3f}" if ev.agreement is not None else "-"
+            line = (f"step {ev.step}{'/' + str(ev.total_steps) if ev.total_steps else ''}  {ev.fraction:5.1%}  "
+                    f"loss {'-' if ev.loss is None else format(ev.loss, '.3f')}  held-out agreement {agree}  ETA {_eta(ev.eta_s)}")
+        elif ev.phase == "data":
+            line = f"{ev.message}  ETA {_eta(ev.eta_s)}"
+        else:
+            line = ev.message
+        last = now
+        print(("\r" + line.ljust(100)) if tty and ev.phase == "train" else line, file=sys.stderr, flush=True)
+        if ev.phase == "done":
+            if tty:
+                print(file=sys.stderr)
+            if ev.agreement is not None:
+                print(f"{ev.out}: held-out agreement {ev.agreement:.3f} after {ev.step} steps "
+                      f"({ev.elapsed_s / 60:.1f} training minutes)")
+    return 0
+
+
+def _standalone(args: argparse.Namespace) -> int:
+    from specdesk.core.distill.draft import export_standalone
+    from specdesk.core.loading import load_model
+
+    target = load_model(args.target, device="cpu")
+    dest = export_standalone(Path(args.standalone), target.model, Path(args.out))
+    print(f"wrote {dest}: an ordinary transformers model (the target's embeddings and head copied in)")
+    return 0

@@ -1,0 +1,73 @@
+"""The model card (README.md) of a distilled draft: what it drafts for, how it was made, what it measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path, target_sha256: str, cpu: str,
+               torch_threads: int) -> None:
+    out = Path(out)
+    own = (out / "model.safetensors").stat().st_size if (out / "model.safetensors").exists() else 0
+    head = trainer.head_ids.numel() if trainer.head_ids is not None else "all"
+    curve = "\n".join(f"| {s} | {t / 60:.1f} | {a:.3f} | {p:.2f} |" for s, t, a, p in trainer.curve)
+    per_pos = ", ".join(f"{p:.2f}" for p in trainer.per_position)
+    held_greedy = sum(1 for s in trainer.held)
+    sampled = sum(1 for s in trainer.train if s.temperature > 0)
+    text = f"""---
+library_name: transformers
+tags: [speculative-decoding, draft-model, specdesk]
+base_model_relation: distilled
+---
+
+# Draft for {target_name} (distilled by specdesk)
+
+A speculative-decoding draft for **{target_name}** (`{Path(target_source).name}`, sha256 `{target_sha256}`).
+It has {cfg.layers} Llama decoder layer(s) of the target's shape, initialised from the target's first layers,
+and **borrows the target's input embeddings and output head at load time** (the head restricted to the {head}
+tokens most frequent in the target's replies; the draft proposes no other token, which keeps decoding exact).
+This folder holds only the draft's own weights ({own / 1e6:.1f} MB, float16); `config.json` says what is borrowed
+under its `specdesk` key. specdesk loads it as the draft of that target:
+
+    specdesk generate --target {target_source} --draft {out.name} --prompt "..."
+
+For engines that cannot borrow (vLLM, transformers), write an ordinary model folder (embeddings copied in, the
+whole head):
+
+    specdesk distill --standalone {out.name} --target {target_source} --out {out.name}-standalone
+
+## How it was made
+
+    {cfg.command or "(from the Python API)"}
+
+- Data: the target's own replies to {len(trainer.train)} chat prompts written from templates in
+  `specdesk/core/distill/prompts.py` (coding, rewriting, explaining, lists, questions; {sampled} replies sampled
+  at temperature 0.7, the rest greedy), at most {cfg.max_new_tokens} new tokens each: {trainer.train_tokens} reply
+  tokens, with the target's top-{cfg.topk} distribution at every position. Held out: {held_greedy} prompts on
+  subjects no training prompt uses (greedy replies, {trainer.held_tokens} tokens). Seed {cfg.seed}.
+- Loss: forward KL to the target's top-{cfg.topk} distribution (restricted to the head's tokens), on reply
+  positions only; AdamW, lr {cfg.lr}, {cfg.batch} replies per step, cosine decay.
+- Training: {trainer.step} steps, {trainer.elapsed / 60:.1f} minutes of training on {cpu} ({torch_threads} torch
+  threads), not counting the target's answering the prompts.
+
+## Measured (held-out prompts, teacher-forced on the target's greedy replies)
+
+- Agreement (the draft's top token is the target's): **{trainer.last_agreement:.3f}**
+- Greedy tokens per target pass at k=4 (exact for these replies, from the runs of agreement): **{trainer.tokens_per_pass:.2f}**
+- Acceptance at draft positions 1..4 (given the earlier ones accepted): {per_pos}
+
+| step | training minutes | agreement | tokens per pass (k=4) |
+|---:|---:|---:|---:|
+{curve}
+
+See specdesk's README for speeds measured with `specdesk bench`.
+"""
+    (out / "README.md").write_text(text, encoding="utf-8")
+    (out / "distill.json").write_text(json.dumps({
+        "target": target_name, "target_file": Path(target_source).name, "target_sha256": target_sha256,
+        "command": cfg.command, "steps": trainer.step, "training_seconds": round(trainer.elapsed, 1),
+        "train_replies": len(trainer.train), "train_tokens": trainer.train_tokens, "held_out_replies": held_greedy,
+        "held_out_tokens": trainer.held_tokens, "agreement": trainer.last_agreement,
+        "tokens_per_pass_k4": trainer.tokens_per_pass, "per_position_acceptance_k4": trainer.per_position,
+        "curve": [list(c) for c in trainer.curve], "cpu": cpu}, indent=2), encoding="utf-8")

@@ -1,0 +1,175 @@
+"""One distillation, start to finish, as a generator of plain progress events (like the decode loop).
+
+    for ev in distill(DistillConfig(target="model.gguf", out=Path("my-draft"), minutes=30)):
+        print(ev.phase, ev.fraction, ev.agreement)
+
+Phases: ``load`` the target; ``data``: the target answers the held-out prompts (greedy) and the training prompts
+(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7); ``train`` the draft
+(checkpoints every ``checkpoint_s`` seconds and at the end; held-out agreement every ``eval_every`` steps);
+``write`` the draft folder. Every phase resumes: present shards are kept, training goes on from its checkpoint.
+Cancellation is a ``threading.Event`` checked between batches and steps (a checkpoint is written first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specdesk.core.errors import BadSetting
+
+
+@dataclass
+class DistillConfig:
+    target: str
+    out: Path
+    minutes: float | None = None  # training time budget (data generation not counted)
+    steps: int | None = None  # or a number of optimiser steps
+    device: str = "auto"
+    resume: bool = False
+    seed: int = 0
+    train_prompts: int = 640
+    held_out_prompts: int = 64
+    max_new_tokens: int = 128
+    answer_batch: int = 16
+    sampled_every: int = 4  # every 4th training batch is answered at temperature 0.7, the rest greedily
+    topk: int = 64
+    layers: int = 2
+    head_vocab: int = 8192  # 0: the target's whole vocabulary
+    batch: int = 8  # sequences per optimiser step
+    lr: float = 1e-3
+    eval_every: int = 50
+    checkpoint_s: float = 120.0
+    command: str = ""  # the command line that started this run, for the model card
+
+    def data_settings(self, target_sha256: str) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("out", "command", "resume")}
+        d["target_sha256"] = target_sha256
+        return d
+
+
+@dataclass(frozen=True)
+class DistillEvent:
+    phase: str  # load, data, train, write, done
+    message: str
+    fraction: float = 0.0  # of this phase
+    step: int = 0
+    total_steps: int | None = None
+    eta_s: float | None = None  # of this phase
+    agreement: float | None = None  # latest held-out teacher-forced agreement (draft top-1 == target top-1)
+    loss: float | None = None
+    tokens: int = 0  # training tokens (data phase: replies so far)
+    elapsed_s: float = 0.0  # training seconds so far (all runs together)
+    curve: tuple[tuple[int, float, float], ...] = ()  # (step, training seconds, agreement) so far
+    out: str = ""
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a GGUF file, or of a folder's weight files in name order."""
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    h = hashlib.sha256()
+    for f in files:
+        with f.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _budget(cfg: DistillConfig) -> None:
+    if cfg.minutes is None and cfg.steps is None:
+        cfg.minutes = 30.0
+    if cfg.minutes is not None and cfg.minutes <= 0:
+        raise BadSetting("--minutes must be more than 0")
+    if cfg.steps is not None and cfg.steps < 1:
+        raise BadSetting("--steps must be at least 1")
+    if cfg.layers < 1:
+        raise BadSetting("the draft needs at least one layer")
+
+
+def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
+    import torch
+
+    from specdesk.core.distill.data import DataProgress, answer
+    from specdesk.core.distill.prompts import chat_prompts
+    from specdesk.core.distill.workdir import WorkDir
+    from specdesk.core.loading import load_model, resolve, resolve_device
+
+    _budget(cfg)
+    cancel = cancel or threading.Event()
+    device = resolve_device(cfg.device)
+    out = Path(cfg.out)
+    work = WorkDir(out)
+    if not cfg.resume and work.exists():
+        raise BadSetting(f"{out} already holds a distillation; add --resume to go on with it, or choose another --out")
+    yield DistillEvent("load", f"loading target {cfg.target}")
+    source = resolve(cfg.target)
+    sha = file_sha256(source)
+    # The target runs in float32 on the CPU; on CUDA its replies come in bfloat16 (training uses bf16 autocast).
+    target = load_model(cfg.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device)
+    work.start(cfg.data_settings(sha), cfg.resume)
+
+    # ---- data
+    held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed)
+    train = chat_prompts(cfg.train_prompts, seed=cfg.seed)
+    n_batches = (len(train) + cfg.answer_batch - 1) // cfg.answer_batch
+    todo = (0 if work.shard_path("held-out").exists() else len(held)) + \
+        sum(len(train[i * cfg.answer_batch:(i + 1) * cfg.answer_batch]) for i in range(n_batches)
+            if not work.shard_path(f"train-{i:05d}").exists())
+    t0, done = time.perf_counter(), 0
+    jobs = [("held-out", held, 0.0)] + [(f"train-{i:05d}", train[i * cfg.answer_batch:(i + 1) * cfg.answer_batch],
+                                         0.7 if (i % cfg.sampled_every == cfg.sampled_every - 1) else 0.0)
+                                        for i in range(n_batches)]
+    tokens = 0
+    for name, prompts, temp in jobs:
+        if work.shard_path(name).exists():
+            continue
+        samples = []
+        ev: DataProgress | None = None
+        for ev in answer(target.model, target.tokenizer, prompts, eos_ids=target.eos_ids,
+                         max_new_tokens=cfg.max_new_tokens, batch=cfg.answer_batch, temperature=temp,
+                         seed=cfg.seed * 100_003 + zlib.crc32(name.encode()) % 10_007, topk=cfg.topk,
+                         split="held-out" if name == "held-out" else "train", out=samples):
+            if cancel.is_set():
+                break
+        if cancel.is_set():
+            yield DistillEvent("done", "cancelled while answering prompts", out=str(out))
+            return
+        work.save_shard(name, samples)
+        done += len(prompts)
+        tokens += ev.tokens if ev else 0
+        rate = done / max(time.perf_counter() - t0, 1e-9)
+        yield DistillEvent("data", f"target answered {done} of {todo} prompts ({tokens} reply tokens)",
+                           fraction=done / max(todo, 1), eta_s=(todo - done) / rate, tokens=tokens)
+
+    # ---- training
+    from specdesk.core.distill.train import Trainer
+
+    trainer = Trainer(cfg, target, work, device)
+    for ev in trainer.run(cancel):
+        yield ev
+    if cancel.is_set():
+        yield DistillEvent("done", f"cancelled at step {trainer.step}; the checkpoint is kept (resume goes on from it)",
+                           step=trainer.step, agreement=trainer.last_agreement, elapsed_s=trainer.elapsed,
+                           curve=trainer.curve_tuple(), out=str(out))
+        return
+
+    # ---- the draft folder
+    from specdesk.core.distill.card import write_card
+    from specdesk.core.distill.draft import save_draft
+
+    yield DistillEvent("write", f"writing {out}")
+    save_draft(trainer.draft, out, target, head_ids=trainer.head_ids, target_sha256=sha, target_source=source)
+    write_card(out, cfg, trainer, target_name=target.name, target_source=source, target_sha256=sha,
+               cpu=platform.processor() or platform.machine(), torch_threads=torch.get_num_threads())
+    from specdesk.core import userdirs
+
+    userdirs.add_folder(out.resolve())  # listed by `specdesk models` and offered first for its target
+    yield DistillEvent("done", f"wrote the draft to {out}", fraction=1.0, step=trainer.step,
+                       agreement=trainer.last_agreement, elapsed_s=trainer.elapsed, curve=trainer.curve_tuple(),
+                       out=str(out))

@@ -1,0 +1,76 @@
+"""The work folder of one distillation: data shards, checkpoints and the run's settings, so a run resumes.
+
+    <out>/.distill/settings.json       what this run was started with (a resume must match it)
+    <out>/.distill/data/held-out.pt     the target's greedy replies to the held-out prompts
+    <out>/.distill/data/train-00000.pt  one shard per batch of training prompts (skipped when present)
+    <out>/.distill/checkpoint.pt        the draft, optimiser and curve after the last checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from specdesk.core.distill.data import Sample
+from specdesk.core.errors import BadSetting
+
+
+class WorkDir:
+    def __init__(self, out: Path) -> None:
+        self.root = Path(out) / ".distill"
+        self.data = self.root / "data"
+
+    @property
+    def settings_path(self) -> Path:
+        return self.root / "settings.json"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.root / "checkpoint.pt"
+
+    def exists(self) -> bool:
+        return self.settings_path.exists()
+
+    def start(self, settings: dict, resume: bool) -> None:
+        """A new run writes its settings; a resumed one checks the data-shaping ones still match."""
+        if resume and self.exists():
+            old = json.loads(self.settings_path.read_text())
+            keys = ("target_sha256", "seed", "train_prompts", "held_out_prompts", "max_new_tokens", "topk",
+                    "layers", "head_vocab")
+            diff = [k for k in keys if old.get(k) != settings.get(k)]
+            if diff:
+                raise BadSetting(f"--resume: this run's {', '.join(diff)} differ from the run in {self.root} "
+                                 f"(use the same settings, or another --out)")
+            return
+        if not resume and self.exists():
+            raise BadSetting(f"{self.root.parent} already holds a distillation; add --resume to go on with it, "
+                             f"or choose another --out")
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.settings_path.write_text(json.dumps(settings, indent=2))
+
+    def shard_path(self, name: str) -> Path:
+        return self.data / f"{name}.pt"
+
+    def save_shard(self, name: str, samples: list[Sample]) -> None:
+        tmp = self.shard_path(name).with_suffix(".tmp")
+        torch.save([s.to_dict() for s in samples], tmp)
+        os.replace(tmp, self.shard_path(name))
+
+    def load_shard(self, name: str) -> list[Sample]:
+        return [Sample.from_dict(d) for d in torch.load(self.shard_path(name), weights_only=False)]
+
+    def train_shards(self) -> list[str]:
+        return sorted(p.stem for p in self.data.glob("train-*.pt"))
+
+    def save_checkpoint(self, state: dict) -> None:
+        tmp = self.checkpoint_path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.checkpoint_path)
+
+    def load_checkpoint(self) -> dict | None:
+        if not self.checkpoint_path.exists():
+            return None
+        return torch.load(self.checkpoint_path, weights_only=False)

@@ -1,0 +1,192 @@
+"""Tools → Train a draft for this model…: ``specdesk distill`` on a worker thread, with progress, ETA, the held-out
+agreement plotted as it trains, cancel (a checkpoint is kept) and resume."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtWidgets import (QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+                               QPushButton, QVBoxLayout)
+
+from specdesk.core.errors import SpecdeskError
+
+
+def default_out(target: str) -> Path:
+    from specdesk.core import userdirs
+
+    name = Path(str(target)).name.removesuffix(".gguf") or "model"
+    return userdirs.data_dir() / "drafts" / f"{name}-draft"
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class DistillWorker(QObject):
+    """Iterates core's distill generator; only its frozen events cross to the GUI thread."""
+
+    event = Signal(object)
+    failed = Signal(str)
+    finished = Signal()
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.cancel = threading.Event()
+
+    @Slot()
+    def run(self) -> None:
+        from specdesk.core.distill.pipeline import distill
+        from specdesk.qt.tasks import warm_imports
+
+        try:
+            warm_imports()
+            for ev in distill(self.config, self.cancel):
+                self.event.emit(ev)
+        except SpecdeskError as e:
+            self.failed.emit(str(e))
+        except Exception as e:  # shown as one line; the details go to the log
+            import logging
+
+            logging.getLogger(__name__).exception("distillation failed")
+            self.failed.emit(f"{type(e).__name__}: {e}")
+        finally:
+            self.finished.emit()
+
+
+class DistillDialog(QDialog):
+    """``overrides``: DistillConfig fields to set (tests use a tiny budget)."""
+
+    def __init__(self, parent, target: str, overrides: dict | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Train a draft for this model")
+        self.resize(720, 520)
+        self.target = target
+        self.overrides = dict(overrides or {})
+        self.out_edit = QLineEdit(str(default_out(target)))
+        self.minutes = QDoubleSpinBox()
+        self.minutes.setRange(0.1, 24 * 60)
+        self.minutes.setValue(30)
+        self.minutes.setSuffix(" min of training")
+        form = QFormLayout()
+        form.addRow("Target", QLabel(str(target)))
+        form.addRow("Draft folder", self.out_edit)
+        form.addRow("Time", self.minutes)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setFormat("")
+        self.status = QLabel("The target answers chat prompts, then a small draft learns its replies. "
+                             "Cancel keeps a checkpoint; Resume goes on from it.")
+        self.status.setWordWrap(True)
+        self.plot = pg.PlotWidget()
+        self.plot.setLabel("left", "held-out agreement")
+        self.plot.setLabel("bottom", "training minutes")
+        self.curve = self.plot.plot([], [], pen=pg.mkPen(width=2), symbol="o", symbolSize=5)
+        self.start_button = QPushButton("Start")
+        self.resume_button = QPushButton("Resume")
+        self.cancel_button = QPushButton("Cancel")
+        self.close_button = QPushButton("Close")
+        self.start_button.clicked.connect(lambda: self.start(resume=False))
+        self.resume_button.clicked.connect(lambda: self.start(resume=True))
+        self.cancel_button.clicked.connect(self.cancel)
+        self.close_button.clicked.connect(self.close)
+        row = QHBoxLayout()
+        for b in (self.start_button, self.resume_button, self.cancel_button):
+            row.addWidget(b)
+        row.addStretch(1)
+        row.addWidget(self.close_button)
+        lay = QVBoxLayout(self)
+        lay.addLayout(form)
+        lay.addWidget(self.progress)
+        lay.addWidget(self.status)
+        lay.addWidget(self.plot, 1)
+        lay.addLayout(row)
+        self.out_edit.textChanged.connect(self._update_buttons)
+        self._thread: QThread | None = None
+        self.worker: DistillWorker | None = None
+        self.last_event = None
+        self.error: str | None = None
+        self._update_buttons()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _update_buttons(self) -> None:
+        out = Path(self.out_edit.text()).expanduser()
+        can_resume = (out / ".distill" / "settings.json").exists()
+        self.start_button.setEnabled(not self.running and not can_resume)
+        self.resume_button.setEnabled(not self.running and can_resume)
+        self.cancel_button.setEnabled(self.running)
+
+    def start(self, resume: bool) -> None:
+        from specdesk.core.distill.pipeline import DistillConfig
+
+        if self.running:
+            return
+        cfg = DistillConfig(target=self.target, out=Path(self.out_edit.text()).expanduser(), resume=resume,
+                            minutes=self.minutes.value(), command=f"specdesk distill --target {self.target} "
+                            f"--out {self.out_edit.text()} --minutes {self.minutes.value():g}"
+                            + (" --resume" if resume else ""))
+        for key, value in self.overrides.items():
+            setattr(cfg, key, value)
+        self.error = None
+        self.worker = DistillWorker(cfg)
+        self._thread = QThread(self)
+        self._thread.setObjectName("specdesk-distill")
+        self.worker.moveToThread(self._thread)
+        self._thread.started.connect(self.worker.run)
+        self.worker.event.connect(self._on_event)
+        self.worker.failed.connect(self._on_failed)
+        self.worker.finished.connect(self._on_finished)
+        self.status.setText("starting…")
+        self._thread.start()
+        self._update_buttons()
+
+    def cancel(self) -> None:
+        if self.worker is not None:
+            self.worker.cancel.set()
+            self.status.setText("cancelling (writing a checkpoint)…")
+
+    def _on_event(self, ev) -> None:
+        self.last_event = ev
+        weights = {"load": (0, 0.02), "data": (0.02, 0.3), "train": (0.32, 0.66), "write": (0.98, 0.02)}
+        start, span = weights.get(ev.phase, (1.0, 0.0))
+        if ev.phase == "done":
+            value = 1000 if ev.fraction >= 1.0 else self.progress.value()  # finished, or cancelled where it was
+        else:
+            value = int(1000 * (start + span * ev.fraction))
+        self.progress.setValue(value)
+        eta = _eta(ev.eta_s)
+        label = {"data": "target answering prompts", "train": "training"}.get(ev.phase, ev.phase)
+        self.progress.setFormat(f"{label}: {ev.fraction:.0%}" + (f" (ETA {eta})" if eta else ""))
+        self.status.setText(ev.message)
+        if ev.curve:
+            self.curve.setData([t / 60 for _, t, _ in ev.curve], [a for _, _, a in ev.curve])
+
+    def _on_failed(self, message: str) -> None:
+        self.error = message
+        self.status.setText(f"error: {message}")
+
+    def _on_finished(self) -> None:
+        if self._thread is not None:
+            self._thread.quit()
+            self._thread.wait()
+        self._thread = None
+        self.worker = None
+        self._update_buttons()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        if self.worker is not None:
+            self.worker.cancel.set()
+        if self._thread is not None:
+            self._thread.quit()
+            self._thread.wait()
+            self._thread = None
+        super().closeEvent(event)

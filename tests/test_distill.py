@@ -1,0 +1,211 @@
+"""``specdesk distill`` on a tiny real target: data, training, resume, the draft folder, loading it as the target's
+draft (greedy output token-identical), the standalone export, discovery and the planner, the sampled law with a
+reduced head."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_llama
+
+PROMPTS = ["def f(x):", "import os\n", "class A:\n    def __init__(self):", "for i in range(3):"]
+
+
+def small_config(target: Path, out: Path, **kw):
+    from specdesk.core.distill.pipeline import DistillConfig
+
+    base = dict(target=str(target), out=out, steps=12, device="cpu", train_prompts=32, held_out_prompts=16,
+                max_new_tokens=16, answer_batch=16, layers=1, head_vocab=512, batch=4, eval_every=6)
+    base.update(kw)
+    return DistillConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def distill_target(tmp_path_factory) -> Path:
+    return make_llama(tmp_path_factory.mktemp("distill") / "target", hidden=64, layers=3, seed=5)
+
+
+@pytest.fixture(scope="module")
+def distilled(distill_target, tmp_path_factory):
+    from specdesk.core.distill.pipeline import distill
+
+    out = tmp_path_factory.mktemp("distill-out") / "draft"
+    events = list(distill(small_config(distill_target, out)))
+    return out, events
+
+
+def test_distill_writes_a_small_borrowing_folder_with_its_card(distilled, distill_target):
+    from specdesk.core.distill.pipeline import file_sha256
+
+    out, events = distilled
+    phases = [e.phase for e in events]
+    assert phases[0] == "load" and "data" in phases and "train" in phases and phases[-1] == "done"
+    train = [e for e in events if e.phase == "train"]
+    assert train[-1].step == 12 and train[-1].agreement is not None and 0 <= train[-1].agreement <= 1
+    assert [e.step for e in train] == sorted(e.step for e in train)
+    cfg = json.loads((out / "config.json").read_text())
+    sd = cfg["specdesk"]
+    assert sd["borrows"] == ["model.embed_tokens.weight", "lm_head.weight"] and sd["head_vocab"] == 512
+    assert sd["target"]["sha256"] == file_sha256(distill_target) and cfg["num_hidden_layers"] == 1
+    from safetensors import safe_open
+
+    with safe_open(out / "model.safetensors", "pt") as f:
+        names = set(f.keys())
+        assert f.get_tensor("specdesk.head_ids").numel() == 512
+    assert "model.embed_tokens.weight" not in names and "lm_head.weight" not in names
+    assert (out / "tokenizer.json").exists()
+    card = (out / "README.md").read_text()
+    assert sd["target"]["sha256"] in card and "12 steps" in card and "Agreement" in card
+    curve = json.loads((out / "distill.json").read_text())["curve"]
+    assert curve[0][0] == 0 and curve[-1][0] == 12  # the learning curve starts before training
+
+
+def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):
+    from specdesk.core.distill.pipeline import distill
+    from specdesk.core.errors import BadSetting
+
+    out = tmp_path / "d"
+    list(distill(small_config(distill_target, out, steps=4, train_prompts=16)))
+    data_files = sorted(p.name for p in (out / ".distill" / "data").iterdir())
+    with pytest.raises(BadSetting, match="--resume"):
+        list(distill(small_config(distill_target, out, steps=6, train_prompts=16)))
+    events = list(distill(small_config(distill_target, out, steps=6, train_prompts=16, resume=True)))
+    assert not [e for e in events if e.phase == "data"]  # the data is kept
+    steps = [e.step for e in events if e.phase == "train"]
+    assert steps[0] == 5 and steps[-1] == 6
+    assert sorted(p.name for p in (out / ".distill" / "data").iterdir()) == data_files
+    with pytest.raises(BadSetting, match="differ"):
+        list(distill(small_config(distill_target, out, steps=8, train_prompts=32, resume=True)))
+
+
+@pytest.fixture(scope="module")
+def engines(distilled, distill_target):
+    import specdesk
+
+    out, _ = distilled
+    return (specdesk.load(str(distill_target), str(out), device="cpu"),
+            specdesk.load(str(distill_target), drafter="none", device="cpu"))
+
+
+def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targets(engines):
+    spec, plain = engines
+    d = spec.draft
+    assert d.borrowed == ("model.embed_tokens.weight",) and d.head_ids.numel() == 512
+    # the embedding is the target's own tensor, not a copy
+    assert d.model.get_input_embeddings().weight.data_ptr() == spec.target.model.get_input_embeddings().weight.data_ptr()
+    assert d.params < 100_000 and spec.describe()["draft"]["borrowed_from_target"] == ["model.embed_tokens.weight"]
+    drafted = 0
+    for prompt in PROMPTS:
+        want = plain.generate(prompt, max_new_tokens=40).token_ids
+        for k in (1, 4, "auto"):
+            got = spec.generate(prompt, max_new_tokens=40, k=k)
+            assert got.token_ids == want, (prompt, k)
+            drafted += got.stats.drafted
+    assert drafted > 0
+
+
+def test_sampled_proposals_put_no_mass_outside_the_head(engines):
+    from specdesk.core.sampling import SamplingConfig
+
+    spec, _ = engines
+    dr = spec._drafter("model")
+    ids = spec.encode("def f(x):")
+    dr.start(ids[:-1], 64)
+    g = torch.Generator().manual_seed(0)
+    prop = dr.propose(ids, 3, SamplingConfig(temperature=0.8), g)
+    head = set(spec.draft.head_ids.tolist())
+    outside = torch.ones(prop.probs.shape[1], dtype=torch.bool)
+    outside[spec.draft.head_ids] = False
+    assert prop.probs.shape == (3, spec.target.vocab) and float(prop.probs[:, outside].abs().max()) == 0.0
+    assert torch.allclose(prop.probs.sum(-1), torch.ones(3)) and set(prop.tokens.tolist()) <= head
+    res = spec.generate("def f(x):", max_new_tokens=24, k=3, temperature=0.8, seed=3)
+    assert len(res.token_ids) == 24
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_reduced_head_keeps_the_target_law_exactly(k):
+    """The draft's law is 0 outside its head's tokens (FR-Spec): verify_sampled still gives the target's law."""
+    from test_verify_exact import CONFIGS, V, completed_law, make_world, target_law
+
+    head = torch.tensor([0, 1, 3])
+    for cfg in CONFIGS[:2]:
+        target, draft = make_world(seed=40 + k, cfg=cfg, depth=k)
+        for prefix, p in draft.items():
+            q = torch.zeros(V, dtype=torch.float64)
+            q[head] = p[head]
+            draft[prefix] = q / q.sum()
+        want = target_law(target, k + 1)
+        got = completed_law(target, draft, k)
+        assert max(abs(got.get(s, 0.0) - p) for s, p in want.items()) < 1e-12
+
+
+def test_standalone_export_is_an_ordinary_model(distilled, distill_target, tmp_path):
+    import specdesk
+
+    out, _ = distilled
+    from specdesk.cli import main
+
+    assert main(["distill", "--standalone", str(out), "--target", str(distill_target), "--out", str(tmp_path / "sa")]) == 0
+    cfg = json.loads((tmp_path / "sa" / "config.json").read_text())
+    assert "specdesk" not in cfg and cfg["num_hidden_layers"] == 1
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(tmp_path / "sa")
+    assert m.get_input_embeddings().weight.shape[0] == 4096
+    spec = specdesk.load(str(distill_target), str(tmp_path / "sa"), device="cpu")
+    plain = specdesk.load(str(distill_target), drafter="none", device="cpu")
+    assert spec.generate(PROMPTS[0], max_new_tokens=24, k=4).token_ids == \
+        plain.generate(PROMPTS[0], max_new_tokens=24).token_ids
+
+
+def test_cli_errors_are_one_line(distilled, distill_target, tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from specdesk.cli import main
+
+    out, _ = distilled
+
+    def run(*args):
+        capsys.readouterr()
+        rc = main(list(args))
+        return SimpleNamespace(returncode=rc, stderr=capsys.readouterr().err)
+
+    r = run("distill", "--target", str(distill_target), "--out", str(out), "--steps", "3")
+    assert r.returncode == 2 and r.stderr.startswith("specdesk: error: ") and "--resume" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = run("generate", "--target", str(out), "--prompt", "x", "--max-new-tokens", "2")
+    assert r.returncode == 2 and "borrows" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("distill", "--target", str(distill_target), "--out", str(tmp_path / "x"), "--steps", "0")
+    assert r.returncode == 2 and "--steps" in r.stderr
+
+
+def test_listed_first_for_its_target_and_planned_without_the_shared_tensors(distilled, distill_target, tmp_path):
+    from specdesk.core.discovery import describe_folder, drafts_for
+    from specdesk.core.plan.planner import plan
+
+    out, _ = distilled
+    other = make_llama(tmp_path / "other-draft", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seed=9)
+    entries = [describe_folder(other, str(other), "added"), describe_folder(out, str(out), "added")]
+    cands = drafts_for(str(distill_target), entries)
+    assert [Path(c.entry.name) for c in cands if c.compatible] == [out, other]  # the distilled one first
+    assert cands[0].reason == "distilled for this model"
+    assert entries[1].params < entries[0].params  # its own tensors only
+    demo = [c for c in drafts_for("demo-target", entries[1:])]
+    assert not demo[0].compatible and "hidden size 64" in demo[0].reason
+    p = plan(str(distill_target), str(out), device="cpu", budget_bytes=2**33, recommend=False)
+    own = sum(t.numel() for n, t in _own_tensors(out).items())
+    assert p.draft.params == own  # layers, norm and the head's 512 rows; not the target's embeddings
+
+
+def _own_tensors(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    t = load_file(str(out / "model.safetensors"))
+    head_ids = t.pop("specdesk.head_ids")
+    hidden = t["model.norm.weight"].numel()
+    t["lm_head.weight"] = torch.zeros(head_ids.numel(), hidden)
+    return t

@@ -1,0 +1,38 @@
+"""Tools → Train a draft for this model…: the dialog runs a tiny distillation on its worker thread, shows progress,
+ETA and the agreement curve, cancels with a checkpoint and resumes from it."""
+
+from __future__ import annotations
+
+from conftest import make_llama
+
+SMALL = dict(train_prompts=16, held_out_prompts=8, max_new_tokens=12, answer_batch=8, layers=1, head_vocab=256,
+             batch=2, eval_every=3, minutes=None)
+
+
+def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
+    from specdesk.qt.distill_dialog import DistillDialog
+
+    target = make_llama(tmp_path / "target", hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=3)
+    dlg = DistillDialog(None, str(target), overrides={**SMALL, "steps": 100_000, "checkpoint_s": 0.0})
+    qtbot.addWidget(dlg)
+    dlg.out_edit.setText(str(tmp_path / "draft"))
+    assert dlg.start_button.isEnabled() and not dlg.resume_button.isEnabled()
+    dlg.start_button.click()
+    assert dlg.cancel_button.isEnabled()
+    qtbot.waitUntil(lambda: dlg.last_event is not None and dlg.last_event.phase == "train"
+                    and dlg.last_event.step >= 4, timeout=60_000)
+    assert "training" in dlg.progress.format() and "ETA" in dlg.progress.format()
+    dlg.cancel_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=30_000)
+    assert dlg.error is None and "cancelled" in dlg.last_event.message
+    stopped = dlg.last_event.step
+    assert (tmp_path / "draft" / ".distill" / "checkpoint.pt").exists()
+    assert dlg.resume_button.isEnabled() and not dlg.start_button.isEnabled()
+    xs, ys = dlg.curve.getData()
+    assert len(xs) >= 2 and all(0 <= y <= 1 for y in ys)  # the agreement curve, from step 0
+
+    dlg.overrides["steps"] = stopped + 3
+    dlg.resume_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
+    assert dlg.error is None and dlg.last_event.phase == "done" and dlg.last_event.step == stopped + 3
+    assert dlg.progress.value() == 1000 and (tmp_path / "draft" / "model.safetensors").exists()

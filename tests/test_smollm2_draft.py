@@ -1,0 +1,39 @@
+"""The draft specdesk distilled for SmolLM2-135M-Instruct (resources/models/smollm2-135m-instruct-draft) on the real
+target: offered first for it, small, loaded on the target's embeddings, greedy output identical to the target's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DEMO
+from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
+
+DRAFT = DEMO / "smollm2-135m-instruct-draft"
+
+
+def test_the_shipped_draft_is_small_and_names_its_target():
+    cfg = json.loads((DRAFT / "config.json").read_text())
+    assert cfg["specdesk"]["target"]["sha256"] == SHA256
+    on_disk = sum(p.stat().st_size for p in DRAFT.iterdir() if p.is_file())
+    assert on_disk <= 30 * 10**6
+    card = (DRAFT / "README.md").read_text()
+    assert SHA256 in card and "specdesk distill" in card
+
+
+def test_offered_first_and_greedy_output_is_the_targets(smollm2_gguf):  # noqa: F811
+    import specdesk
+    from specdesk.core.discovery import describe_folder, drafts_for
+
+    entries = [describe_folder(DEMO / "demo-draft", "demo-draft", "bundled"),
+               describe_folder(DRAFT, str(DRAFT), "bundled")]
+    cands = drafts_for(str(smollm2_gguf), entries)
+    assert cands[0].compatible and cands[0].entry.path == str(DRAFT)
+    spec = specdesk.load(str(smollm2_gguf), str(DRAFT), device="cpu")
+    assert spec.draft.model.get_input_embeddings().weight is spec.target.model.get_input_embeddings().weight
+    assert spec.draft.weight_bytes < 0.15 * spec.target.weight_bytes
+    ids, _ = spec.prompt_ids("Explain what a hash table is in two sentences.")
+    plain = spec.generate(ids, max_new_tokens=32, drafter="none")
+    fast = spec.generate(ids, max_new_tokens=32, k=4)
+    assert fast.token_ids == plain.token_ids and fast.stats.accepted > 0
