@@ -87,6 +87,11 @@ class DistillDialog(QDialog):
         self.plot = pg.PlotWidget()
         self.plot.setLabel("left", "held-out agreement")
         self.plot.setLabel("bottom", "training minutes")
+        item = self.plot.getPlotItem()
+        for axis in ("left", "bottom"):
+            item.getAxis(axis).enableAutoSIPrefix(False)  # agreement 0.2 read as "200 (x0.001)" otherwise
+        item.getAxis("left").setTicks([[(v, f"{v:.0%}") for v in (0, .25, .5, .75, 1)]])
+        self.plot.setYRange(0, 1, padding=0.02)
         self.curve = self.plot.plot([], [], pen=pg.mkPen(width=2), symbol="o", symbolSize=5)
         self.start_button = QPushButton("Start")
         self.resume_button = QPushButton("Resume")
