@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA when present, bf16), cpu, cuda or cuda:N")
     p.add_argument("--resume", action="store_true", help="go on from DIR's data and last checkpoint")
     p.add_argument("--prompts", type=int, default=None, help="training prompts for the target to answer (default 640)")
+    p.add_argument("--kind", choices=("draft", "eagle"), default=None,
+                   help="draft: a small model of the target's shape (default); eagle: a one-layer head that drafts "
+                        "from the target's hidden states (EAGLE)")
     p.add_argument("--layers", type=int, default=None, help="draft decoder layers (default 2)")
     p.add_argument("--head-vocab", type=int, default=None,
                    help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
@@ -36,7 +39,7 @@ def add_parser(sub) -> None:
 def rebuild_command(args: argparse.Namespace) -> str:
     """The command that rebuilds the draft from nothing (a resumed run ends where a whole one does)."""
     parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
-    for flag, value in (("--minutes", args.minutes), ("--steps", args.steps), ("--prompts", args.prompts),
+    for flag, value in (("--kind", args.kind), ("--minutes", args.minutes), ("--steps", args.steps), ("--prompts", args.prompts),
                         ("--layers", args.layers), ("--head-vocab", args.head_vocab)):
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
@@ -62,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
                         command=rebuild_command(args))
     if args.prompts is not None:
         cfg.train_prompts = args.prompts
+    if args.kind is not None:
+        cfg.kind = args.kind
     if args.layers is not None:
         cfg.layers = args.layers
     if args.head_vocab is not None:

@@ -123,10 +123,18 @@ class ModelDrafter(Drafter):
         """ids: (n,) -> logits (vocab,) of the last position."""
         return self.seq.feed(ids)[: self.vocab]
 
+    def _first(self, ids: list[int]) -> torch.Tensor:
+        """Logits for the first drafted token: feed the committed tokens the draft has not seen yet."""
+        return self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
+
+    def _next(self, tok: torch.Tensor) -> torch.Tensor:
+        """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
+        return self._forward(tok)
+
     def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
-        logits = self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
+        logits = self._first(ids)
         tokens, probs, confidences = [], [], []
         for i in range(k):
             if sampling.greedy:
@@ -148,7 +156,7 @@ class ModelDrafter(Drafter):
                 if not keep(i + 1, confidences[-1], int(tok[0])):
                     break
             if i + 1 < k:
-                logits = self._forward(tok)
+                logits = self._next(tok)
         out = torch.cat(tokens)
         conf = tuple(confidences)
         if sampling.greedy:

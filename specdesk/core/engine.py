@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterator
 from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
+from specdesk.core.distill.draft import FC
 from specdesk.core.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from specdesk.core.eagle import EagleDrafter
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
@@ -48,8 +50,12 @@ class Engine:
             self.compatibility = check_tokenizers(target.tokenizer, draft.tokenizer, target.name, draft.name)
             self.compatibility.raise_if_bad()
             shared = min(self.compatibility.shared_vocab, draft.vocab, target.vocab)
-            self._model_drafter = ModelDrafter(draft.model, vocab=shared, target_vocab=target.vocab,
-                                               lean=lean_draft, head_ids=draft.head_ids)
+            if getattr(draft.model, FC, None) is not None:  # an EAGLE head drafts from the target's features
+                self._model_drafter = EagleDrafter(draft.model, getattr(draft.model, FC), self._runner.seq,
+                                                   vocab=shared, target_vocab=target.vocab, head_ids=draft.head_ids)
+            else:
+                self._model_drafter = ModelDrafter(draft.model, vocab=shared, target_vocab=target.vocab,
+                                                   lean=lean_draft, head_ids=draft.head_ids)
 
     @property
     def tokenizer(self):

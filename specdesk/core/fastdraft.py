@@ -89,7 +89,7 @@ class LeanDecoder:
     three and two). None = only when every linear is plain and the layers weigh under FUSE_LIMIT_BYTES.
     """
 
-    def __init__(self, model, capacity: int, fuse: bool | None = None) -> None:
+    def __init__(self, model, capacity: int, fuse: bool | None = None, keep_hidden: bool = False) -> None:
         cfg = model.config
         inner = model.model
         self.n_heads = cfg.num_attention_heads
@@ -103,6 +103,8 @@ class LeanDecoder:
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype
+        # keep_hidden: every fed position's final-norm output (the features an EAGLE head reads), (capacity, hidden)
+        self.hidden = torch.zeros(capacity, cfg.hidden_size, device=device, dtype=dtype) if keep_hidden else None
         all_plain = all(_plain(lin) for layer in inner.layers for lin in _linears(layer))
         if fuse is None:
             fuse = sum(p.numel() * p.element_size() for p in inner.layers.parameters()) <= FUSE_LIMIT_BYTES
@@ -154,18 +156,22 @@ class LeanDecoder:
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, every: bool = False) -> torch.Tensor:
         """ids: (n,) int64 on the model's device -> logits of the last position (V,), or of all, (n, V)."""
-        n = ids.shape[0]
+        return self.forward_embeds(self.embed[ids], every)
+
+    @torch.inference_mode()
+    def forward_embeds(self, x: torch.Tensor, every: bool = False) -> torch.Tensor:
+        """x: (n, hidden) input vectors (token embeddings, or an EAGLE head's fused inputs) -> logits as forward."""
+        n = x.shape[0]
         p0 = self.length
         end = p0 + n
         if end > self.capacity:
             raise RuntimeError("context longer than the preallocated buffer")
-        x = self.embed[ids]  # (n, hidden)
         cos, sin = self.cos[p0:end], self.sin_signed[p0:end]  # (n, head_dim)
         hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
         mask = None
         if n > 1:  # additive float mask: the same result as a boolean one, ~12% less attention time on a CPU
-            keep = torch.ones(n, end, dtype=torch.bool, device=ids.device).tril(diagonal=p0)
-            mask = torch.zeros(n, end, dtype=x.dtype, device=ids.device).masked_fill_(~keep, float("-inf"))
+            keep = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(diagonal=p0)
+            mask = torch.zeros(n, end, dtype=x.dtype, device=x.device).masked_fill_(~keep, float("-inf"))
         # GQA over several positions: the g query heads sharing a KV head attend as one head of g*n rows
         # (bit-identical to enable_gqa; ~25% less attention time at 1,300 keys on a CPU, none at n = 1)
         group = hq // hk if n > 1 and hq != hk else 1
@@ -191,6 +197,10 @@ class LeanDecoder:
             gate, up = self._linear_many(h, L["gu"]).chunk(2, dim=-1)
             x = x + L["down"](F.silu(gate) * up)
         self.length = end
+        if self.hidden is not None:
+            normed = self._norm(x, self.final_norm)  # (n, hidden)
+            self.hidden[p0:end] = normed
+            return F.linear(normed if every else normed[-1], self.lm_head)
         return F.linear(self._norm(x if every else x[-1], self.final_norm), self.lm_head)
 
     def crop(self, length: int) -> None:

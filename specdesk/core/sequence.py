@@ -25,6 +25,7 @@ class ModelSequence:
         self.decoder: LeanDecoder | None = None
         self.cache = None
         self.sliding = False  # the transformers cache has sliding-window layers (crop after every step)
+        self.keep_hidden = False  # keep every position's final hidden state (an EAGLE drafter reads them)
 
     @property
     def uses_lean_path(self) -> bool:
@@ -41,7 +42,7 @@ class ModelSequence:
         """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
         self.release()  # free the last sequence's buffers before allocating new ones
         if self.runs_lean(capacity):
-            self.decoder = LeanDecoder(self.model, capacity)
+            self.decoder = LeanDecoder(self.model, capacity, keep_hidden=self.keep_hidden)
         else:
             self.cache = new_cache(self.model.config, capacity)
             self.sliding = has_sliding_layers(self.cache)

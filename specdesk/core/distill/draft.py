@@ -76,6 +76,32 @@ def build_draft(target_model, layers: int, head_ids: torch.Tensor | None, dtype=
     return draft
 
 
+FC = "specdesk_fc"  # an EAGLE head's fusion layer, a submodule of the draft model (saved as specdesk_fc.weight)
+
+
+def build_eagle(target_model, head_ids: torch.Tensor | None, source_layer: int | None = None,
+                dtype=torch.float32):
+    """An EAGLE head (core/eagle.py): one decoder layer initialised from the target's ``source_layer`` (default its
+    last), the target's final norm (copied), a fusion layer fc (2*hidden -> hidden, starting as the mean of the
+    feature and the token embedding), embeddings shared and head rows ``head_ids`` as for a draft."""
+    n = target_model.config.num_hidden_layers
+    src = n - 1 if source_layer is None else source_layer
+    draft = build_draft(target_model, 1, head_ids, dtype)
+    layer = target_model.model.layers[src]
+    draft.model.layers[0].load_state_dict({k: v.to(dtype) for k, v in layer.state_dict().items()})
+    hidden = int(target_model.config.hidden_size)
+    fc = torch.nn.Linear(2 * hidden, hidden, bias=False, device=next(draft.parameters()).device, dtype=dtype)
+    with torch.no_grad():
+        eye = torch.eye(hidden, dtype=dtype) * 0.5
+        fc.weight.copy_(torch.cat([eye, eye], dim=1))
+    setattr(draft, FC, fc)
+    return draft
+
+
+def is_eagle(draft) -> bool:
+    return getattr(draft, FC, None) is not None
+
+
 def attach_borrowed(draft, target_model, head_ids: torch.Tensor | None) -> None:
     """Point the draft's embedding at the target's tensor and give it the (reduced) head; both frozen."""
     emb = target_model.get_input_embeddings().weight
@@ -119,7 +145,7 @@ def save_draft(draft, out: Path, target, *, head_ids: torch.Tensor | None, targe
     cfg["torch_dtype"] = cfg["dtype"] = "float16"
     tcfg = target.model.config
     cfg[SPECDESK_KEY] = {
-        "kind": "distilled-draft",
+        "kind": "eagle-head" if is_eagle(draft) else "distilled-draft",
         "borrows": borrows,
         "head_ids": HEAD_IDS_KEY if head_ids is not None else None,
         "head_vocab": int(head_ids.numel()) if head_ids is not None else int(tcfg.vocab_size),
@@ -188,6 +214,11 @@ def build_from_folder(path: Path, target_model, name: str = "", target_name: str
     with torch.device("meta"):
         draft = AutoModelForCausalLM.from_config(cfg, dtype=target_dtype)
     draft = draft.to_empty(device=device)
+    if info.get("kind") == "eagle-head":
+        fc = tensors.get(f"{FC}.weight")
+        if fc is None or fc.dim() != 2:
+            raise BadModel(f"{path.name} is an EAGLE head without its fusion layer ({FC}.weight)")
+        setattr(draft, FC, torch.nn.Linear(fc.shape[1], fc.shape[0], bias=False, device=device, dtype=target_dtype))
     missing, unexpected = draft.load_state_dict({k: v.to(target_dtype) for k, v in tensors.items()}, strict=False)
     missing = [m for m in missing if m not in BORROWED and "rotary" not in m]
     if missing or unexpected:
@@ -209,6 +240,9 @@ def export_standalone(path: Path, target_model, dest: Path) -> Path:
     """
     from transformers import AutoModelForCausalLM
 
+    if (borrow_info(Path(path)) or {}).get("kind") == "eagle-head":
+        raise BadModel(f"{Path(path).name} is an EAGLE head: it drafts from its target's hidden states, so it has no "
+                       f"standalone form as an ordinary model")
     draft, _ = build_from_folder(path, target_model)
     cfg = copy.deepcopy(draft.config)
     tied = bool(getattr(target_model.config, "tie_word_embeddings", False))

@@ -4,7 +4,7 @@
         print(ev.phase, ev.fraction, ev.agreement)
 
 Phases: ``load`` the target; ``data``: the target answers the held-out prompts (greedy) and the training prompts
-(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7); ``train`` the draft
+(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7); ``features`` (an EAGLE head only: the target's hidden states on every reply, cached); ``train`` the draft
 (checkpoints every ``checkpoint_s`` seconds and at the end; held-out agreement every ``eval_every`` steps);
 ``write`` the draft folder. Every phase resumes: present shards are kept, training goes on from its checkpoint.
 Cancellation is a ``threading.Event`` checked between batches and steps (a checkpoint is written first).
@@ -39,7 +39,8 @@ class DistillConfig:
     answer_batch: int = 16
     sampled_every: int = 4  # every 4th training batch is answered at temperature 0.7, the rest greedily
     topk: int = 64
-    layers: int = 2
+    kind: str = "draft"  # "draft": a few layers of its own; "eagle": a one-layer head on the target's hidden states
+    layers: int = 2  # a draft's layers (an EAGLE head has one)
     head_vocab: int = 8192  # 0: the target's whole vocabulary
     batch: int = 8  # sequences per optimiser step
     lr: float = 1e-3
@@ -90,6 +91,8 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting("--steps must be at least 1")
     if cfg.layers < 1:
         raise BadSetting("the draft needs at least one layer")
+    if cfg.kind not in ("draft", "eagle"):
+        raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
 
 
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
@@ -150,7 +153,20 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     # ---- training
     from specdesk.core.distill.train import Trainer
 
-    trainer = Trainer(cfg, target, work, device)
+    if cfg.kind == "eagle":
+        from specdesk.core.distill.eagle import EagleTrainer
+
+        trainer = EagleTrainer(cfg, target, work, device)
+        t1 = time.perf_counter()
+        for done_n, total in trainer.compute_features(target, cancel):
+            rate = done_n / max(time.perf_counter() - t1, 1e-9)
+            yield DistillEvent("features", f"target hidden states for {done_n} of {total} replies",
+                               fraction=done_n / total, eta_s=(total - done_n) / rate)
+        if cancel.is_set():
+            yield DistillEvent("done", "cancelled while computing the target's hidden states", out=str(out))
+            return
+    else:
+        trainer = Trainer(cfg, target, work, device)
     for ev in trainer.run(cancel):
         yield ev
     if cancel.is_set():

@@ -90,7 +90,7 @@ class Trainer:
             self.head_ids = ckpt["head_ids"]
         else:
             self.head_ids = choose_head(self.train, cfg.head_vocab, vocab, set(target.eos_ids))
-        self.draft = build_draft(target.model, cfg.layers, self.head_ids)
+        self.draft = self._build(target)
         for p in self.draft.parameters():
             p.data = p.data.float() if p.requires_grad else p.data
         self.params = [p for n, p in self.draft.named_parameters() if p.requires_grad]
@@ -111,6 +111,9 @@ class Trainer:
             self.curve = [tuple(c) for c in ckpt["curve"]]
             self.per_position = ckpt.get("per_position", [])
             self.last_agreement = self.curve[-1][2] if self.curve else None
+
+    def _build(self, target):
+        return build_draft(target.model, self.cfg.layers, self.head_ids)
 
     def curve_tuple(self) -> tuple[tuple[int, float, float], ...]:
         return tuple((s, t, a) for s, t, a, *_ in self.curve)

@@ -39,8 +39,8 @@ class WorkDir:
         if resume and self.exists():
             old = json.loads(self.settings_path.read_text())
             keys = ("target_sha256", "seed", "train_prompts", "held_out_prompts", "max_new_tokens", "topk",
-                    "layers", "head_vocab")
-            diff = [k for k in keys if old.get(k) != settings.get(k)]
+                    "layers", "head_vocab", "kind")
+            diff = [k for k in keys if old.get(k, "draft" if k == "kind" else None) != settings.get(k)]
             if diff:
                 raise BadSetting(f"--resume: this run's {', '.join(diff)} differ from the run in {self.root} "
                                  f"(use the same settings, or another --out)")

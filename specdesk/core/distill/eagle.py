@@ -1,0 +1,221 @@
+"""Training an EAGLE head (core/eagle.py) on the target's own replies and hidden states.
+
+Data: the same shards as a draft's (the target's replies and top-k log-probabilities), plus the target's final
+hidden state at every position, computed once by a teacher-forced pass of the target's lean decoder (the very
+features the drafter reads at run time) and cached in the work folder.
+
+Loss, for a sample with tokens S (prompt then reply) and features f: row j reads (f_j, S[j+1]); at step 1 its
+output predicts S[j+2] and estimates f_{j+1}. "Training-time test" (EAGLE-3): step s+1 reads the head's own
+step-s estimate with the true next token (drafting goes on only while drafts are right, so the true token is
+what the head would see), and attends to the rows built from real features up to j plus its own earlier steps,
+exactly the rows it would see while drafting. Every step's distribution is fitted to the target's (forward KL on
+its top-k, restricted to the head's tokens) and step 1's estimate to f_{j+1} (smooth L1, as EAGLE).
+
+Held-out figures simulate greedy drafting exactly the same way: with the true tokens as inputs, step s at row j
+is what drafting from j would compute at its s-th token, so a run of agreements from j gives the accepted length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+
+from specdesk.core.distill.draft import FC, build_eagle
+from specdesk.core.distill.train import Trainer, _batch
+
+
+@torch.inference_mode()
+def target_features(target_model, samples) -> list[torch.Tensor]:
+    """The target's final hidden state (after its final norm) at every position of prompt + reply, float16."""
+    from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
+
+    device = next(target_model.parameters()).device
+    lean = unsupported_reason(target_model) is None
+    out = []
+    for s in samples:
+        ids = torch.tensor(s.prompt + s.reply, dtype=torch.long, device=device)
+        if lean:
+            dec = LeanDecoder(target_model, ids.numel(), keep_hidden=True)
+            dec.forward(ids, every=False)
+            h = dec.hidden
+        else:
+            h = target_model.model(input_ids=ids[None]).last_hidden_state[0]
+        out.append(h.to("cpu", torch.float16))
+    return out
+
+
+def _rotate_half(t: torch.Tensor) -> torch.Tensor:
+    a, b = t.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)
+
+
+def unrolled_logits(draft, feats: torch.Tensor, toks: torch.Tensor, steps: int):
+    """feats (B, N, H): f_j; toks (B, N): S[j+1] (padded). Returns per step s = 1..steps the head's logits
+    (B, N, K) of row j's s-th draft (predicting S[j+s+1]), and step 1's feature estimates (B, N, H)."""
+    layer = draft.model.layers[0]
+    att, mlp = layer.self_attn, layer.mlp
+    cfg = draft.config
+    nh, nkv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+    emb = draft.model.embed_tokens.weight
+    fc = getattr(draft, FC)
+    B, N, _ = feats.shape
+    x = fc(torch.cat([feats, emb[toks]], dim=-1))
+    causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+    keys, values, outs, first = [], [], [], None
+    for s in range(steps):
+        cos, sin = draft.model.rotary_emb(x, (torch.arange(N, device=x.device) + s)[None])  # (1, N, hd)
+        cos, sin = cos[:, None], sin[:, None]
+        h = layer.input_layernorm(x)
+        q = att.q_proj(h).view(B, N, nh, hd).transpose(1, 2)
+        k = att.k_proj(h).view(B, N, nkv, hd).transpose(1, 2)
+        v = att.v_proj(h).view(B, N, nkv, hd).transpose(1, 2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=1)
+        v = v.repeat_interleave(nh // nkv, dim=1)
+        keys.append(k)
+        values.append(v)
+        scale = hd ** -0.5
+        scores = [(q @ keys[0].transpose(-1, -2) * scale).masked_fill(~causal, float("-inf"))]  # real rows <= j
+        scores += [(q * keys[b]).sum(-1, keepdim=True) * scale for b in range(1, s + 1)]  # its own earlier steps
+        p = torch.cat(scores, dim=-1).softmax(-1)
+        o = p[..., :N] @ values[0]
+        for b in range(1, s + 1):
+            o = o + p[..., N + b - 1:N + b] * values[b]
+        x2 = x + att.o_proj(o.transpose(1, 2).reshape(B, N, nh * hd))
+        x2 = x2 + mlp(layer.post_attention_layernorm(x2))
+        g = draft.model.norm(x2)
+        outs.append(draft.lm_head(g).float())
+        if s == 0:
+            first = g
+        if s + 1 < steps:  # row j's next input: its own estimate, and the true token S[j+s+2]
+            nxt = torch.cat([toks[:, s + 1:], toks[:, -1:].expand(-1, s + 1)], dim=1)
+            x = fc(torch.cat([g, emb[nxt]], dim=-1))
+    return outs, first
+
+
+class EagleTrainer(Trainer):
+    steps_unrolled = 3
+    reg_weight = 1.0
+
+    def __init__(self, cfg, target, work, device: str) -> None:
+        super().__init__(cfg, target, work, device)
+        self.features: dict[str, list[torch.Tensor]] = {}
+
+    def _build(self, target):
+        return build_eagle(target.model, self.head_ids)
+
+    def compute_features(self, target, cancel) -> Iterator[tuple[int, int]]:
+        """Load the cached features or compute them (yielding (done, total) samples); cached in the work folder."""
+        path = self.work.root / "features.pt"
+        if path.exists():
+            feats = torch.load(path, weights_only=False)
+            if len(feats["train"]) == len(self.train) and len(feats["held"]) == len(self.held):
+                self.features = feats
+                return
+        total = len(self.train) + len(self.held)
+        feats: dict[str, list[torch.Tensor]] = {"train": [], "held": []}
+        for split, data in (("held", self.held), ("train", self.train)):
+            for b0 in range(0, len(data), 16):
+                if cancel.is_set():
+                    return
+                feats[split] += target_features(target.model, data[b0:b0 + 16])
+                yield len(feats["train"]) + len(feats["held"]), total
+        torch.save(feats, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+        self.features = feats
+
+    def _inputs(self, samples, feats):
+        """(B, N, H) features f_j, (B, N) tokens S[j+1], N = the longest sample's length - 1."""
+        n = max(len(s.prompt) + len(s.reply) - 1 for s in samples)
+        f = torch.zeros(len(samples), n, feats[0].shape[-1])
+        t = torch.zeros(len(samples), n, dtype=torch.long)
+        for b, (s, fs) in enumerate(zip(samples, feats)):
+            seq = s.prompt + s.reply
+            f[b, :len(seq) - 1] = fs[:len(seq) - 1].float()
+            t[b, :len(seq) - 1] = torch.tensor(seq[1:])
+        return f.to(self.device), t.to(self.device)
+
+    def _pick(self, index: list[int], split: str):
+        data = self.train if split == "train" else self.held
+        return [data[i] for i in index], [self.features[split][i] for i in index]
+
+    def loss(self, samples, feats=None) -> torch.Tensor:
+        f, t = self._inputs(samples, feats)
+        with self._autocast():
+            outs, first = unrolled_logits(self.draft, f, t, self.steps_unrolled)
+        total, count, reg = 0.0, 0, 0.0
+        for b, s in enumerate(samples):
+            p, n = len(s.prompt), len(s.reply)
+            idx = self.pos[s.top_ids.to(self.device).long()]  # (n, topk)
+            prob = s.top_logp.to(self.device).float().exp() * (idx >= 0)
+            prob = prob / prob.sum(-1, keepdim=True).clamp_min(1e-9)
+            for step, logits in enumerate(outs, start=1):
+                r0 = max(0, step - 1)  # reply index r is predicted by row j = r + p - 1 - step >= 0
+                rows = torch.arange(r0, n, device=self.device) + p - 1 - step
+                logq = logits[b, rows].log_softmax(-1)
+                total = total - (prob[r0:] * logq.gather(-1, idx[r0:].clamp_min(0))).sum() / step
+                count += (n - r0) / step
+            rows = torch.arange(p - 1, p + n - 2, device=self.device)  # step 1's estimate of f_{j+1}
+            if rows.numel():
+                reg = reg + F.smooth_l1_loss(first[b, rows].float(), f[b, rows + 1], reduction="sum") / f.shape[-1]
+        return total / max(count, 1) + self.reg_weight * reg / max(count, 1)
+
+    def run(self, cancel):
+        # the base loop draws sample indices; the features travel with them
+        orig = self.loss
+        train = self.train
+        index = {id(s): i for i, s in enumerate(train)}
+        self.loss = lambda samples: orig(samples, [self.features["train"][index[id(s)]] for s in samples])
+        try:
+            yield from super().run(cancel)
+        finally:
+            self.loss = orig
+
+    @torch.no_grad()
+    def evaluate(self, k: int = 4) -> tuple[float, float, list[float]]:
+        """Held-out agreement at the first drafted token, greedy tokens per target pass at k, per-position
+        acceptance; drafting from every reply position simulated as above (true tokens, own estimates)."""
+        self.draft.eval()
+        first_agree, first_n = 0, 0
+        tpp_num, tpp_den = 0.0, 0.0
+        reached, accepted = [0] * k, [0] * k
+        for b0 in range(0, len(self.held), 8):
+            samples = self.held[b0:b0 + 8]
+            f, t = self._inputs(samples, self.features["held"][b0:b0 + 8])
+            with self._autocast():
+                outs, _ = unrolled_logits(self.draft, f, t, k)
+            for b, s in enumerate(samples):
+                p, n = len(s.prompt), len(s.reply)
+                truth = s.top_ids[:, 0].to(self.device).long()  # (n,)
+                # ok[step][r]: drafting from reply position r, the step-th draft equals the target's token r+step-1
+                ok = []
+                for step, logits in enumerate(outs, start=1):
+                    r = torch.arange(0, n, device=self.device)
+                    valid = r + step - 1 < n
+                    rows = (r + p - 2).clamp(max=logits.shape[1] - 1)
+                    guess = logits[b, rows].argmax(-1)
+                    guess = self.head_dev[guess] if self.head_dev is not None else guess
+                    want = truth[(r + step - 1).clamp(max=n - 1)]
+                    ok.append(((guess == want) & valid).tolist())
+                first_agree += sum(ok[0])
+                first_n += n
+                pos, passes = 0, 0
+                while pos < n:
+                    run = 0
+                    while run < k and pos + run < n and ok[run][pos]:
+                        reached[run] += 1
+                        accepted[run] += 1
+                        run += 1
+                    if run < k and pos + run < n:
+                        reached[run] += 1
+                    pos += run + 1
+                    passes += 1
+                tpp_num += n
+                tpp_den += passes
+        self.draft.train()
+        per_pos = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
+        return first_agree / max(first_n, 1), tpp_num / max(tpp_den, 1e-9), per_pos

@@ -1,0 +1,120 @@
+"""EAGLE heads (core/eagle.py, core/distill/eagle.py) on a tiny real target: distilled by ``specdesk distill
+--kind eagle``, loaded as the target's draft, greedy output token-identical to the target alone, the run-time
+drafter computing exactly what training simulated, and clear refusals where it cannot run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_distill import PROMPTS, small_config
+
+
+@pytest.fixture(scope="module")
+def eagle_target(tmp_path_factory) -> Path:
+    from conftest import make_llama
+
+    return make_llama(tmp_path_factory.mktemp("eagle") / "target", hidden=64, layers=3, seed=7)
+
+
+@pytest.fixture(scope="module")
+def eagle(eagle_target, tmp_path_factory):
+    from specdesk.core.distill.pipeline import distill
+
+    out = tmp_path_factory.mktemp("eagle-out") / "head"
+    events = list(distill(small_config(eagle_target, out, kind="eagle", steps=30, eval_every=10, lr=3e-3)))
+    return out, events
+
+
+@pytest.fixture(scope="module")
+def engines(eagle, eagle_target):
+    import specdesk
+
+    out, _ = eagle
+    return (specdesk.load(str(eagle_target), str(out), device="cpu"),
+            specdesk.load(str(eagle_target), drafter="none", device="cpu"))
+
+
+def test_distill_kind_eagle_writes_a_one_layer_head_with_its_fusion_layer(eagle):
+    from safetensors import safe_open
+
+    out, events = eagle
+    phases = [e.phase for e in events]
+    assert "features" in phases and phases.index("features") < phases.index("train") and phases[-1] == "done"
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["specdesk"]["kind"] == "eagle-head" and cfg["num_hidden_layers"] == 1
+    with safe_open(out / "model.safetensors", "pt") as f:
+        assert tuple(f.get_slice("specdesk_fc.weight").get_shape()) == (64, 128)
+    assert (out / ".distill" / "features.pt").exists()
+    losses = [e.loss for e in events if e.phase == "train" and e.loss is not None]
+    assert losses[-1] < losses[0], losses  # it learns (the tiny target's random replies leave little to agree on)
+
+
+def test_greedy_output_is_the_targets_with_an_eagle_head(engines):
+    from specdesk.core.eagle import EagleDrafter
+
+    spec, plain = engines
+    assert isinstance(spec._drafter("model"), EagleDrafter)
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        want = plain.generate(prompt, max_new_tokens=40).token_ids
+        for k in (1, 4, "auto"):
+            got = spec.generate(prompt, max_new_tokens=40, k=k)
+            assert got.token_ids == want, (prompt, k)
+            drafted += got.stats.drafted
+            accepted += got.stats.accepted
+    assert drafted > 0  # (the tiny target's random replies: acceptance is checked on SmolLM2 by bench)
+
+
+def test_the_drafter_computes_what_training_simulated(engines):
+    """Drafting 3 tokens at run time (target features from its KV-cached passes, the head's lean decoder) gives
+    the logits the training-time unrolling gives for the same row from the target's teacher-forced features."""
+    from specdesk.core.distill.data import Sample
+    from specdesk.core.distill.eagle import target_features, unrolled_logits
+    from specdesk.core.sampling import SamplingConfig
+
+    spec, _ = engines
+    dr = spec._drafter("model")
+    head = spec.draft.model
+    for prompt in PROMPTS[:2]:
+        ids = spec.encode(prompt)
+        L = len(ids)
+        spec._runner.prefill(ids[:-1], L + 8)
+        dr.start(ids[:-1], L + 8)
+        seen = []
+        prop = dr.propose(ids, 3, SamplingConfig(), None, keep=lambda j, p, t: seen.append(p) or True)
+        d = prop.tokens.tolist()
+        feats = target_features(spec.target.model, [Sample(ids[:-1], [ids[-1]], None, None)])[0][:L - 1]
+        seq = ids + d
+        f = torch.zeros(1, L + 2, feats.shape[-1])
+        f[0, :L - 1] = feats.float()
+        toks = torch.tensor([seq[1:L + 3]])
+        with torch.no_grad():
+            outs, _ = unrolled_logits(head, f.to(head.dtype), toks, 3)
+        for s, logits in enumerate(outs):
+            probs = logits[0, L - 2].softmax(-1)
+            assert int(spec.draft.head_ids[probs.argmax()]) == d[s], (prompt, s)
+            assert abs(float(probs.max()) - seen[s]) < 2e-3, (prompt, s)  # features kept in float16
+
+
+def test_sampled_proposals_keep_their_mass_on_the_head(engines):
+    spec, plain = engines
+    res = spec.generate(PROMPTS[0], max_new_tokens=24, k=3, temperature=0.8, seed=3)
+    again = spec.generate(PROMPTS[0], max_new_tokens=24, k=3, temperature=0.8, seed=3)
+    assert len(res.token_ids) == 24 and res.token_ids == again.token_ids
+
+
+def test_where_an_eagle_head_cannot_run_it_says_so(eagle, eagle_target, tmp_path, capsys):
+    import specdesk
+    from specdesk.cli import main
+    from specdesk.core.errors import BadSetting
+
+    out, _ = eagle
+    with pytest.raises(BadSetting, match="hidden states"):
+        specdesk.load(str(eagle_target), str(out), device="cpu", lean_target=False)
+    rc = main(["distill", "--target", str(eagle_target), "--out", str(tmp_path / "x"), "--standalone", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "EAGLE head" in err[0], err
