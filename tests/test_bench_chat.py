@@ -1,0 +1,62 @@
+"""`specdesk bench`'s figures issue 16 asks for: per-position acceptance, tokens per target pass, k=auto against
+the best fixed k."""
+
+from __future__ import annotations
+
+from specdesk.core.bench.analysis import analyse, summaries
+from specdesk.core.bench.runner import Run, position_counts
+from specdesk.core.events import StepEvent
+
+
+def _steps(pairs):
+    return [StepEvent(index=i, token_ids=tuple(range(a + 1)), drafted=d, accepted=a, k=d, draft_s=0.0, verify_s=0.0,
+                      step_s=0.0, elapsed_s=0.0, context_len=10 + i) for i, (d, a) in enumerate(pairs)]
+
+
+def _run(method, k, steps, decode_s, temperature=0.0):
+    reached, accepted = position_counts(steps)
+    new = sum(len(s.token_ids) for s in steps)
+    return Run(category="chat", prompt="p", method=method, kind="specdesk", k=k, temperature=temperature, repeat=0,
+               new_tokens=new, wall_s=decode_s, decode_s=decode_s, forwards=len(steps),
+               drafted=sum(s.drafted for s in steps), accepted=sum(s.accepted for s in steps),
+               position_reached=reached, position_accepted=accepted)
+
+
+def test_per_position_acceptance_from_known_steps():
+    # (drafted, accepted) per step. Position i is reached when drafted >= i and the i-1 before it were accepted:
+    # reached 5, 4, 2, 1 times; accepted 4, 3, 1, 1 times.
+    steps = _steps([(4, 4), (4, 2), (4, 0), (4, 1), (2, 2)])
+    reached, accepted = position_counts(steps)
+    assert (reached, accepted) == ([5, 4, 2, 1], [4, 3, 1, 1])
+    assert sum(accepted) == sum(s.accepted for s in steps)  # every accepted token sits at one position
+
+    plain = _run("plain", 0, _steps([(0, 0)] * 20), 2.0)
+    k4 = _run("draft k=4", 4, steps, 1.0)  # 14 tokens in 5 passes
+    k4_more = _run("draft k=4", 4, _steps([(3, 0)]), 0.1)
+    k4_more.prompt = "q"
+    plain_q = _run("plain", 0, _steps([(0, 0)] * 20), 2.0)
+    plain_q.prompt = "q"
+    row = next(r for r in analyse([plain, k4]) if r.method == "draft k=4")
+    assert row.position_acceptance == [0.8, 0.75, 0.5, 1.0]
+    assert row.mean_accepted_length == 14 / 5
+    pooled = next(r for r in analyse([plain, k4, plain_q, k4_more]) if r.method == "draft k=4")
+    assert pooled.position_acceptance == [4 / 6, 0.75, 0.5, 1.0]
+    alone = next(r for r in analyse([plain_q, k4_more]) if r.method == "draft k=4")
+    assert alone.position_acceptance == [0.0, None, None]  # drafted 3, the first rejected: 2 and 3 never reached
+    assert next(r for r in analyse([plain]) if r.method == "plain").position_acceptance is None
+
+
+def test_summary_takes_the_best_fixed_k_and_compares_k_auto_with_it():
+    steps = _steps([(2, 2), (2, 1)])  # 5 tokens in 2 passes
+    runs = [_run("plain", 0, _steps([(0, 0)] * 5), 1.0),
+            _run("draft k=2", 2, steps, 0.5),  # 2.0x
+            _run("draft k=4", 4, _steps([(4, 0)] * 5), 0.8),  # 1.25x
+            _run("draft k=auto", "auto", steps, 0.625),  # 1.6x: 0.8 of the best fixed k
+            _run("lookup k=4", 4, _steps([(4, 0)] * 5), 0.9),
+            _run("plain", 0, _steps([(0, 0)] * 5), 1.0, temperature=0.7),
+            _run("draft k=2", 2, steps, 0.8, temperature=0.7)]
+    (s,) = summaries(analyse(runs))
+    assert (s.category, s.best_k, s.best_k_speedup, s.best_k_tokens_per_pass) == ("chat", "draft k=2", 2.0, 2.5)
+    assert abs(s.auto_vs_best_k - 0.8) < 1e-12 and abs(s.lookup_speedup - 1 / 0.9) < 1e-12
+    assert (s.sampled_temperature, s.sampled, s.sampled_speedup) == (0.7, "draft k=2", 1.25)
+    assert s.best_k_position_acceptance == [1.0, 0.5] and s.best_k_acceptance == 0.75
