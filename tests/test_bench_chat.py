@@ -1,11 +1,50 @@
-"""`specdesk bench`'s figures issue 16 asks for: per-position acceptance, tokens per target pass, k=auto against
-the best fixed k."""
+"""`specdesk bench`'s chat category (held-out chat prompts through the chat template) and the figures issue 16
+asks of it: per-position acceptance, tokens per target pass, k=auto against the best fixed k."""
 
 from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
 
 from specdesk.core.bench.analysis import analyse, summaries
 from specdesk.core.bench.runner import Run, position_counts
 from specdesk.core.events import StepEvent
+
+TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chatty(tmp_path_factory, tiny_target):
+    """The tiny target with a chat template."""
+    dest = tmp_path_factory.mktemp("bench-chat") / "chatty"
+    shutil.copytree(tiny_target, dest)
+    cfg = json.loads((dest / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = TEMPLATE
+    (dest / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+def test_chat_prompts_are_held_out_and_go_through_the_chat_template(chatty, tiny_draft):
+    import specdesk
+    from specdesk.core.bench.runner import prompt_ids
+    from specdesk.core.bench.suite import build_suite
+    from specdesk.core.distill.prompts import chat_prompts
+
+    chat = [p for p in build_suite(3, chat=True) if p.category == "chat"]
+    assert len(chat) == 3 and len({p.name for p in chat}) == 3 and all(p.chat for p in chat)
+    training = set(chat_prompts(640, held_out=False))
+    assert not {p.text for p in chat} & training  # never a prompt the distiller trained on
+    assert [p.text for p in chat] == chat_prompts(3, held_out=True, seed=0)
+    assert not any(p.category == "chat" for p in build_suite(3))  # only when asked for
+
+    engine = specdesk.load(str(chatty), str(tiny_draft), device="cpu")
+    ids = prompt_ids(engine, chat[0])
+    text = engine.tokenizer.decode(ids)
+    assert text == f"<|user|>{chat[0].text}\n<|assistant|>"  # the template's own markers around the message
+    assert ids != engine.encode(chat[0].text)
 
 
 def _steps(pairs):
@@ -60,3 +99,30 @@ def test_summary_takes_the_best_fixed_k_and_compares_k_auto_with_it():
     assert abs(s.auto_vs_best_k - 0.8) < 1e-12 and abs(s.lookup_speedup - 1 / 0.9) < 1e-12
     assert (s.sampled_temperature, s.sampled, s.sampled_speedup) == (0.7, "draft k=2", 1.25)
     assert s.best_k_position_acceptance == [1.0, 0.5] and s.best_k_acceptance == 0.75
+
+
+def test_bench_chat_category_reports_the_chat_figures(chatty, tiny_draft, tiny_target, tmp_path, capsys):
+    from specdesk.cli import main
+
+    out, md = tmp_path / "chat.json", tmp_path / "chat.md"
+    assert main(["bench", "--target", str(chatty), "--draft", str(tiny_draft), "--quick", "--repeats", "1",
+                 "--categories", "chat", "--no-hf", "--json", str(out), "--markdown", str(md)]) == 0
+    data = json.loads(out.read_text())
+    assert {p.split(":")[0] for p in data["meta"]["prompts"]} == {"chat"}
+    (s,) = data["summary"]
+    assert s["category"] == "chat" and s["best_k"] in ("draft k=2", "draft k=4")
+    assert s["auto_vs_best_k"] > 0 and s["lookup_speedup"] > 0 and s["sampled_temperature"] == 0.7
+    assert s["best_k_tokens_per_pass"] >= 1.0 and len(s["best_k_position_acceptance"]) == int(s["best_k"][-1])
+    rows = {(r["method"], r["temperature"]): r for r in data["rows"]}
+    assert rows[("draft k=4", 0.0)]["identical"] == "1/1"  # through the template, still exact
+    assert len(rows[("draft k=4", 0.0)]["position_acceptance"]) == 4
+    text = md.read_text()
+    assert "## Summary" in text and "| chat |" in text and "## chat, temperature 0.7" in text
+    assert "by position |" in text
+
+    # a target without a chat template: the chat category is skipped in one line, and alone it leaves nothing
+    capsys.readouterr()
+    assert main(["bench", "--target", str(tiny_target), "--draft", str(tiny_draft), "--quick",
+                 "--categories", "chat"]) == 2
+    err = capsys.readouterr().err
+    assert "skipping the chat category" in err and "has no chat template" in err

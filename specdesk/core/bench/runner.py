@@ -110,6 +110,13 @@ def position_counts(steps) -> tuple[list[int], list[int]]:
     return reached, accepted
 
 
+def prompt_ids(engine, prompt: Prompt) -> list[int]:
+    """A prompt's token ids: chat prompts as one user message through the target's chat template."""
+    if prompt.chat:
+        return engine.chat_ids([{"role": "user", "content": prompt.text}])
+    return engine.encode(prompt.text)
+
+
 def _sync(engine) -> None:
     if str(engine.device).startswith("cuda"):
         torch.cuda.synchronize()
@@ -231,7 +238,7 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
               cancel: threading.Event | None = None) -> list[Run]:
     """Every (repeat, prompt, temperature) runs all methods back to back, in a rotated order."""
     say = progress or (lambda msg: None)
-    encoded = {p.name + p.category: engine.encode(p.text) for p in prompts}
+    encoded = {p.name + p.category: prompt_ids(engine, p) for p in prompts}
     # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded.
     warm = engine.encode(prompts[0].text)[:64]
     for m in methods:
