@@ -85,8 +85,15 @@ def run(args: argparse.Namespace) -> int:
     prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer, chat="chat" in cats)
                if p.category in cats]
     hf_ks = tuple(k for k in cfg["hf_ks"] if k in cfg["ks"]) or cfg["ks"][-1:]
+    # A distilled draft's reduced head (logit i is token head_ids[i]) is read by transformers as token ids
+    # 0..n-1: its greedy drafts are the wrong tokens and its sampling fails on the mismatched vocabularies.
+    reduced = has_draft and getattr(engine.draft, "head_ids", None) is not None
+    if reduced and not args.no_hf:
+        say(f"skipping transformers' assisted generation: {engine.draft.name}'s head covers "
+            f"{int(engine.draft.head_ids.numel())} of {engine.target.vocab} tokens, which transformers cannot map "
+            f"(`specdesk distill --standalone` writes a draft it can use)")
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
-                              hf_default=cfg["hf_default"])
+                              hf_default=cfg["hf_default"], hf_assisted=not reduced)
     max_new = {c: cfg["max_new"] for c in CATEGORIES}
     max_new["long_context"] = cfg["long_new"]
     say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "

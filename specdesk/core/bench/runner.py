@@ -81,7 +81,8 @@ class Run:
 
 
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
-                    with_hf: bool = True, hf_default: bool = False) -> list[Method]:
+                    with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True) -> list[Method]:
+    """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use)."""
     methods = [Method(PLAIN, "specdesk", "none", 0)]
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
@@ -89,7 +90,7 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
     methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
     methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
     if with_hf:
-        if has_draft:
+        if has_draft and hf_assisted:
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", "model", k) for k in hf_ks]
             if hf_default:  # what a transformers user gets without tuning: its own draft-length rule
                 methods.append(Method("hf-assisted default", "hf-assisted", "model", "default"))
