@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--lookup-k", type=int, default=4, help="k for prompt lookup (default 4)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
     p.add_argument("--greedy-only", action="store_true", help="skip the temperature 0.7 runs")
-    p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context")
+    p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context,chat "
+                                        "(default: all; chat only for a target with a chat template)")
     p.set_defaults(func=run)
 
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadSetting("--ks values must be between 1 and 16")
     if args.greedy_only:
         cfg["temps"] = (0.0,)
-    cats = CATEGORIES
+    cats = CATEGORIES  # chat only where the target has a chat template (checked once it is loaded)
     if args.categories:
         cats = tuple(c.strip() for c in args.categories.split(","))
         bad = [c for c in cats if c not in CATEGORIES]
@@ -74,10 +75,25 @@ def run(args: argparse.Namespace) -> int:
         args.drafter = "model" if (args.draft or args.target == "demo-target") else "ngram"
     engine = load_engine(args, progress=say)
     has_draft = engine.draft is not None
-    prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer) if p.category in cats]
+    # chat prompts as plain text are not what a chat model reads: no chat template, no chat category
+    if "chat" in cats and not engine.has_chat_template:
+        say(f"skipping the chat category: {engine.target.name} has no chat template")
+        cats = tuple(c for c in cats if c != "chat")
+        if not cats:
+            raise BadSetting(f"nothing to run: the chat category needs a chat template, and {engine.target.name} "
+                             f"has none")
+    prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer, chat="chat" in cats)
+               if p.category in cats]
     hf_ks = tuple(k for k in cfg["hf_ks"] if k in cfg["ks"]) or cfg["ks"][-1:]
+    # A distilled draft's reduced head (logit i is token head_ids[i]) is read by transformers as token ids
+    # 0..n-1: its greedy drafts are the wrong tokens and its sampling fails on the mismatched vocabularies.
+    reduced = has_draft and getattr(engine.draft, "head_ids", None) is not None
+    if reduced and not args.no_hf:
+        say(f"skipping transformers' assisted generation: {engine.draft.name}'s head covers "
+            f"{int(engine.draft.head_ids.numel())} of {engine.target.vocab} tokens, which transformers cannot map "
+            f"(`specdesk distill --standalone` writes a draft it can use)")
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
-                              hf_default=cfg["hf_default"])
+                              hf_default=cfg["hf_default"], hf_assisted=not reduced)
     max_new = {c: cfg["max_new"] for c in CATEGORIES}
     max_new["long_context"] = cfg["long_new"]
     say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "

@@ -43,9 +43,24 @@ class Row:
     efficiency: float | None
     identical: str | None  # greedy: "n/m" prompts token-identical to plain decoding
     mean_k: float | None  # adaptive methods: mean chosen k
+    # acceptance at draft position 1, 2, ...: of the steps that drafted it with every earlier position accepted,
+    # the share that accepted it (specdesk's drafting methods)
+    position_acceptance: list[float | None] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def position_acceptance(runs: list[Run]) -> list[float | None] | None:
+    """Acceptance at each draft position, pooled over ``runs`` (None when nothing was drafted)."""
+    n = max((len(r.position_reached) for r in runs), default=0)
+    reached, accepted = [0] * n, [0] * n
+    for r in runs:
+        for j, (a, b) in enumerate(zip(r.position_reached, r.position_accepted)):
+            reached[j] += a
+            accepted[j] += b
+    out = [b / a if a else None for a, b in zip(reached, accepted)]
+    return out if any(x is not None for x in out) else None
 
 
 def _median(xs: list[float]) -> float | None:
@@ -101,10 +116,69 @@ def analyse(runs: list[Run]) -> list[Row]:
             acceptance_rate=accepted / drafted if drafted else None, alpha=alpha,
             mean_accepted_length=tokens / forwards if forwards else None,
             predicted_speedup=predicted, efficiency=efficiency, identical=identical,
-            mean_k=sum(chosen) / len(chosen) if chosen else None))
+            mean_k=sum(chosen) / len(chosen) if chosen else None, position_acceptance=position_acceptance(rs)))
     order = {PLAIN: 0}
     rows.sort(key=lambda r: (r.category, r.temperature, order.get(r.method, 1), r.kind != "specdesk", r.method))
     return rows
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One category at a glance: the draft at its best fixed k (greedy), k=auto against it, prompt lookup at its
+    best k, and the draft sampled (the first temperature above 0) at its best k (fixed or auto)."""
+
+    category: str
+    plain_tokens_per_s: float | None
+    best_k: str | None  # the greedy fixed-k draft row with the highest speed-up
+    best_k_speedup: float | None
+    best_k_tokens_per_s: float | None
+    best_k_acceptance: float | None
+    best_k_tokens_per_pass: float | None
+    best_k_position_acceptance: list[float | None] | None
+    auto_speedup: float | None
+    auto_vs_best_k: float | None
+    auto_tokens_per_pass: float | None
+    lookup: str | None
+    lookup_speedup: float | None
+    sampled_temperature: float | None
+    sampled: str | None
+    sampled_speedup: float | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _best(rows: list[Row], pred) -> Row | None:
+    return max((r for r in rows if pred(r) and r.speedup), key=lambda r: r.speedup, default=None)
+
+
+def summaries(rows: list[Row]) -> list[Summary]:
+    out = []
+    temps = sorted({r.temperature for r in rows if r.temperature > 0})
+    sampled_t = temps[0] if temps else None
+    for cat in sorted({r.category for r in rows}):
+        greedy = [r for r in rows if r.category == cat and r.temperature == 0.0]
+        plain = next((r for r in greedy if r.method == PLAIN), None)
+        best = _best(greedy, lambda r: r.method.startswith("draft k=") and r.k != "auto")
+        auto = next((r for r in greedy if r.method == "draft k=auto"), None)
+        lookup = _best(greedy, lambda r: r.method.startswith("lookup k="))
+        sampled = _best([r for r in rows if r.category == cat and r.temperature == sampled_t],
+                        lambda r: r.method.startswith("draft k="))
+        auto_speed = auto.speedup if auto is not None else None
+        out.append(Summary(
+            category=cat, plain_tokens_per_s=plain.tokens_per_s if plain else None,
+            best_k=best.method if best else None, best_k_speedup=best.speedup if best else None,
+            best_k_tokens_per_s=best.tokens_per_s if best else None,
+            best_k_acceptance=best.acceptance_rate if best else None,
+            best_k_tokens_per_pass=best.mean_accepted_length if best else None,
+            best_k_position_acceptance=best.position_acceptance if best else None,
+            auto_speedup=auto_speed,
+            auto_vs_best_k=auto_speed / best.speedup if best and auto_speed else None,
+            auto_tokens_per_pass=auto.mean_accepted_length if auto is not None else None,
+            lookup=lookup.method if lookup else None, lookup_speedup=lookup.speedup if lookup else None,
+            sampled_temperature=sampled_t if sampled else None, sampled=sampled.method if sampled else None,
+            sampled_speedup=sampled.speedup if sampled else None))
+    return out
 
 
 @dataclass(frozen=True)

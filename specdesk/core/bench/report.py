@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
-from specdesk.core.bench.analysis import Goal, Row
+from specdesk.core.bench.analysis import Goal, Row, summaries
 
 
 def _f(x, fmt: str = "{:.2f}", none: str = "-") -> str:
     return none if x is None else fmt.format(x)
+
+
+def _positions(xs) -> str:
+    """Acceptance at draft positions 1, 2, ... as '0.31, 0.44, 0.52' ('-' for a position never reached)."""
+    return ", ".join(_f(x) for x in xs) if xs else "-"
+
+
+def summary_table(rows: list[Row]) -> list[str]:
+    """Per category: the draft at its best fixed k, k=auto against it, prompt lookup and the draft sampled."""
+    sums = summaries(rows)
+    if not sums:
+        return []
+    t = next((s.sampled_temperature for s in sums if s.sampled_temperature is not None), None)
+    out = ["", "## Summary", "",
+           "Greedy unless said. Best fixed k: the draft's fixed-k row with the highest speed-up; its acceptance, "
+           "tokens per target pass and acceptance at draft positions 1..k (of the steps that drafted a position "
+           "with every earlier one accepted, the share that accepted it). k=auto / best: the ratio of their "
+           "speed-ups." + (f" Sampled: the draft's best row at temperature {t:g}." if t is not None else ""), "",
+           "| category | plain tok/s | best fixed k | its tok/s | its speed-up | k=auto speed-up | k=auto / best "
+           "| prompt lookup, best | sampled, best | acceptance | tokens/pass | k=auto tokens/pass "
+           "| acceptance by draft position |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for s in sums:
+        lookup = f"{s.lookup_speedup:.2f}x ({s.lookup})" if s.lookup else "-"
+        sampled = f"{s.sampled_speedup:.2f}x ({s.sampled})" if s.sampled else "-"
+        out.append(f"| {s.category} | {_f(s.plain_tokens_per_s, '{:.1f}')} | {s.best_k or '-'} "
+                   f"| {_f(s.best_k_tokens_per_s, '{:.1f}')} | {_f(s.best_k_speedup, '{:.2f}x')} "
+                   f"| {_f(s.auto_speedup, '{:.2f}x')} | {_f(s.auto_vs_best_k)} | {lookup} | {sampled} "
+                   f"| {_f(s.best_k_acceptance)} | {_f(s.best_k_tokens_per_pass)} | {_f(s.auto_tokens_per_pass)} "
+                   f"| {_positions(s.best_k_position_acceptance)} |")
+    return out
 
 
 def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
@@ -22,22 +53,26 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
                "Predicted: Leviathan et al.'s E = (1 - a^(k+1)) / (1 - a) with the measured per-token acceptance a, "
                "draft and verify costs. Identical: greedy outputs token-identical to plain decoding. "
                "hf-assisted k=N: transformers drafting exactly N tokens a step; hf-assisted default: its own "
-               "rule (up to 20 tokens, cut where the draft's confidence falls under 0.4).")
+               "rule (up to 20 tokens, cut where the draft's confidence falls under 0.4). "
+               "Tokens/pass: tokens emitted per target forward pass. By position: acceptance at draft positions "
+               "1, 2, ... given the earlier ones accepted.")
+    out += summary_table(rows)
     for temp in sorted({r.temperature for r in rows}):
         for cat in sorted({r.category for r in rows}):
             sel = [r for r in rows if r.category == cat and r.temperature == temp]
             if not sel:
                 continue
             out += ["", f"## {cat}, temperature {temp:g}", "",
-                    "| method | tok/s | after 1st step tok/s | whole-call tok/s | speed-up | whole-call speed-up | acceptance | a | tokens/step "
-                    "| predicted | efficiency | identical | mean k |",
-                    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                    "| method | tok/s | after 1st step tok/s | whole-call tok/s | speed-up | whole-call speed-up | acceptance | a | tokens/pass "
+                    "| predicted | efficiency | identical | mean k | by position |",
+                    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
             for r in sel:
                 out.append(f"| {r.method} | {r.tokens_per_s:.1f} | {_f(r.steady_tokens_per_s, '{:.1f}')} "
                            f"| {r.wall_tokens_per_s:.1f} | {_f(r.speedup, '{:.2f}x')} "
                            f"| {_f(r.wall_speedup, '{:.2f}x')} | {_f(r.acceptance_rate)} | {_f(r.alpha)} "
                            f"| {_f(r.mean_accepted_length)} | {_f(r.predicted_speedup, '{:.2f}x')} "
-                           f"| {_f(r.efficiency)} | {r.identical or '-'} | {_f(r.mean_k, '{:.1f}')} |")
+                           f"| {_f(r.efficiency)} | {r.identical or '-'} | {_f(r.mean_k, '{:.1f}')} "
+                           f"| {_positions(r.position_acceptance)} |")
     if meta.get("also"):
         out += ["", "## Also measured", ""] + [f"- {line}" for line in meta["also"]]
     if goal_list:
@@ -48,5 +83,6 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
 
 
 def to_json(rows: list[Row], goal_list: list[Goal], meta: dict, runs: list) -> dict:
-    return {"meta": meta, "rows": [r.to_dict() for r in rows], "goals": [g.to_dict() for g in goal_list],
+    return {"meta": meta, "summary": [s.to_dict() for s in summaries(rows)], "rows": [r.to_dict() for r in rows],
+            "goals": [g.to_dict() for g in goal_list],
             "runs": [r.to_dict() for r in runs]}

@@ -52,6 +52,10 @@ class Run:
     successes: float = 0.0  # per-token acceptance trials (see adaptive.py): successes / trials
     trials: float = 0.0
     chosen_k: list[int] = field(default_factory=list)
+    # per draft position i (0-based): steps that drafted position i with positions before it all accepted,
+    # and steps that accepted it (acceptance at position i+1 = accepted / reached)
+    position_reached: list[int] = field(default_factory=list)
+    position_accepted: list[int] = field(default_factory=list)
     token_ids: tuple[int, ...] = ()
 
     @property
@@ -77,7 +81,8 @@ class Run:
 
 
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
-                    with_hf: bool = True, hf_default: bool = False) -> list[Method]:
+                    with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True) -> list[Method]:
+    """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use)."""
     methods = [Method(PLAIN, "specdesk", "none", 0)]
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
@@ -85,12 +90,32 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
     methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
     methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
     if with_hf:
-        if has_draft:
+        if has_draft and hf_assisted:
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", "model", k) for k in hf_ks]
             if hf_default:  # what a transformers user gets without tuning: its own draft-length rule
                 methods.append(Method("hf-assisted default", "hf-assisted", "model", "default"))
         methods.append(Method(f"hf-lookup k={lookup_k}", "hf-lookup", "ngram", lookup_k))
     return methods
+
+
+def position_counts(steps) -> tuple[list[int], list[int]]:
+    """Per draft position: how many steps reached it (drafted it, every earlier position accepted) and how many
+    accepted it. ``steps``: objects with ``drafted`` and ``accepted`` (the engine's step events)."""
+    n = max((s.drafted for s in steps), default=0)
+    reached, accepted = [0] * n, [0] * n
+    for s in steps:
+        for j in range(min(s.accepted + 1, s.drafted)):
+            reached[j] += 1
+        for j in range(s.accepted):
+            accepted[j] += 1
+    return reached, accepted
+
+
+def prompt_ids(engine, prompt: Prompt) -> list[int]:
+    """A prompt's token ids: chat prompts as one user message through the target's chat template."""
+    if prompt.chat:
+        return engine.chat_ids([{"role": "user", "content": prompt.text}])
+    return engine.encode(prompt.text)
 
 
 def _sync(engine) -> None:
@@ -115,11 +140,13 @@ def run_specdesk(engine, method: Method, ids: list[int], temperature: float, max
     first = r.steps[0] if r.steps else None
     steady_s = (st.decode_seconds - first.step_s) if first is not None and len(r.steps) > 1 else None
     steady_tokens = st.new_tokens - len(first.token_ids) if first is not None else 0
+    reached, accepted = position_counts(r.steps)
     return Run(category="", prompt="", method=method.name, kind=method.kind, k=method.k, temperature=temperature,
                repeat=0, new_tokens=st.new_tokens, wall_s=wall, decode_s=st.decode_seconds,
                forwards=st.target_forwards, drafted=st.drafted, accepted=st.accepted, draft_s=st.draft_seconds,
                verify_s=st.verify_seconds, steady_s=steady_s, steady_tokens=steady_tokens, successes=succ, trials=trials,
-               chosen_k=[s.k for s in r.steps] if method.k == "auto" else [], token_ids=tuple(r.token_ids))
+               chosen_k=[s.k for s in r.steps] if method.k == "auto" else [], position_reached=reached,
+               position_accepted=accepted, token_ids=tuple(r.token_ids))
 
 
 class _StepClock:
@@ -212,7 +239,7 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
               cancel: threading.Event | None = None) -> list[Run]:
     """Every (repeat, prompt, temperature) runs all methods back to back, in a rotated order."""
     say = progress or (lambda msg: None)
-    encoded = {p.name + p.category: engine.encode(p.text) for p in prompts}
+    encoded = {p.name + p.category: prompt_ids(engine, p) for p in prompts}
     # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded.
     warm = engine.encode(prompts[0].text)[:64]
     for m in methods:

@@ -5,6 +5,9 @@ Categories:
 - ``editing``: a whole function, then the start of a renamed copy; the answer repeats the prompt (prompt lookup's case).
 - ``prose``: the opening words of a docstring or comment block.
 - ``long_context``: ~1,200 tokens of a module, then continue.
+- ``chat``: a user message through the target's chat template: the distiller's held-out prompts
+  (``core.distill.prompts``, subjects no training prompt uses), so a distilled draft is measured on chat it
+  never trained on. Only for targets with a chat template.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ HELD_OUT_MODULES = (
     "bisect.py", "calendar.py", "difflib.py", "fractions.py", "heapq.py",
     "pprint.py", "shlex.py", "statistics.py", "string.py", "textwrap.py",
 )
-CATEGORIES = ("completion", "editing", "prose", "long_context")
+STDLIB_CATEGORIES = ("completion", "editing", "prose", "long_context")
+CATEGORIES = STDLIB_CATEGORIES + ("chat",)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,18 @@ class Prompt:
     category: str
     name: str
     text: str
+    chat: bool = False  # ``text`` is one user message, to go through the target's chat template
+
+
+def chat_suite(n: int = 3, seed: int = 0) -> list[Prompt]:
+    """``n`` held-out chat prompts (user messages; the runner applies the chat template)."""
+    from specdesk.core.distill.prompts import chat_prompts
+
+    out = []
+    for i, text in enumerate(chat_prompts(n, held_out=True, seed=seed)):
+        words = " ".join(text.split()[:3]).rstrip(":,.")
+        out.append(Prompt("chat", f"{i}. {words}", text, chat=True))
+    return out
 
 
 def stdlib_dir() -> Path:
@@ -44,10 +60,11 @@ def _lines(source: str, start: int, end: int) -> str:
 
 
 def build_suite(per_category: int = 3, modules: tuple[str, ...] = HELD_OUT_MODULES, tokenizer=None,
-                long_tokens: int = 1200) -> list[Prompt]:
+                long_tokens: int = 1200, chat: bool = False) -> list[Prompt]:
     """Deterministic prompts: the same files give the same suite on every machine with this Python.
 
     With a tokenizer, long-context prompts are cut to about ``long_tokens`` tokens (at a line end).
+    ``chat``: add the chat category's ``per_category`` held-out chat prompts.
     """
     prompts: dict[str, list[Prompt]] = {c: [] for c in CATEGORIES}
     for mod in modules:
@@ -96,6 +113,8 @@ def build_suite(per_category: int = 3, modules: tuple[str, ...] = HELD_OUT_MODUL
             text = tokenizer.decode(ids)
         text = text[: text.rfind("\n") + 1]
         prompts["long_context"].append(Prompt("long_context", name, text))
+    if chat:
+        prompts["chat"] = chat_suite(per_category)
     suite = []
     for cat in CATEGORIES:
         suite.extend(prompts[cat][:per_category])
