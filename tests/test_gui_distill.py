@@ -36,3 +36,28 @@ def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
     qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
     assert dlg.error is None and dlg.last_event.phase == "done" and dlg.last_event.step == stopped + 3
     assert dlg.progress.value() == 1000 and (tmp_path / "draft" / "model.safetensors").exists()
+
+
+def test_an_eagle_head_from_the_dialog_and_resume_keeps_its_kind(qtbot, tmp_path):
+    import json
+
+    from specdesk.qt.distill_dialog import DistillDialog
+
+    target = make_llama(tmp_path / "target", hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=4)
+    dlg = DistillDialog(None, str(target), overrides={**SMALL, "steps": 3})
+    qtbot.addWidget(dlg)
+    dlg.out_edit.setText(str(tmp_path / "head"))
+    dlg.kind.setCurrentIndex(dlg.kind.findData("eagle"))
+    seen = []
+    dlg.progress.valueChanged.connect(lambda v: seen.append((dlg.last_event.phase, v)))
+    dlg.start_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
+    assert dlg.error is None and dlg.last_event.phase == "done"
+    cfg = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert cfg["specdesk"]["kind"] == "eagle-head"
+    features = [v for phase, v in seen if phase == "features"]
+    assert features and max(features) < 400  # the features phase fills its own share of the bar, not all of it
+    again = DistillDialog(None, str(target))
+    qtbot.addWidget(again)
+    again.out_edit.setText(str(tmp_path / "head"))
+    assert again.kind.currentData() == "eagle" and not again.kind.isEnabled() and again.resume_button.isEnabled()

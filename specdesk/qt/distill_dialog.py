@@ -3,12 +3,13 @@ agreement plotted as it trains, cancel (a checkpoint is kept) and resume."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QThread, Signal, Slot
-from PySide6.QtWidgets import (QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
+from PySide6.QtWidgets import (QComboBox, QDialog, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel, QLineEdit, QProgressBar,
                                QPushButton, QVBoxLayout)
 
 from specdesk.core.errors import SpecdeskError
@@ -78,6 +79,10 @@ class DistillDialog(QDialog):
         form.addRow("Target", QLabel(str(target)))
         form.addRow("Draft folder", self.out_edit)
         form.addRow("Time", self.minutes)
+        self.kind = QComboBox()
+        self.kind.addItem("Draft model: layers of its own (any engine)", "draft")
+        self.kind.addItem("EAGLE head: reads the target's hidden states (specdesk)", "eagle")
+        form.addRow("Kind", self.kind)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setFormat("")
@@ -126,6 +131,13 @@ class DistillDialog(QDialog):
     def _update_buttons(self) -> None:
         out = Path(self.out_edit.text()).expanduser()
         can_resume = (out / ".distill" / "settings.json").exists()
+        if can_resume:  # a run goes on with the kind it started with
+            try:
+                kind = json.loads((out / ".distill" / "settings.json").read_text()).get("kind", "draft")
+            except (OSError, ValueError):
+                kind = "draft"
+            self.kind.setCurrentIndex(max(0, self.kind.findData(kind)))
+        self.kind.setEnabled(not self.running and not can_resume)
         self.start_button.setEnabled(not self.running and not can_resume)
         self.resume_button.setEnabled(not self.running and can_resume)
         self.cancel_button.setEnabled(self.running)
@@ -136,8 +148,9 @@ class DistillDialog(QDialog):
         if self.running:
             return
         cfg = DistillConfig(target=self.target, out=Path(self.out_edit.text()).expanduser(), resume=resume,
-                            minutes=self.minutes.value(), command=f"specdesk distill --target {self.target} "
-                            f"--out {self.out_edit.text()} --minutes {self.minutes.value():g}"
+                            minutes=self.minutes.value(), kind=self.kind.currentData(),
+                            command=f"specdesk distill --target {self.target} --out {self.out_edit.text()} "
+                            f"--kind {self.kind.currentData()} --minutes {self.minutes.value():g}"
                             + (" --resume" if resume else ""))
         for key, value in self.overrides.items():
             setattr(cfg, key, value)
@@ -161,7 +174,8 @@ class DistillDialog(QDialog):
 
     def _on_event(self, ev) -> None:
         self.last_event = ev
-        weights = {"load": (0, 0.02), "data": (0.02, 0.3), "train": (0.32, 0.66), "write": (0.98, 0.02)}
+        weights = {"load": (0, 0.02), "data": (0.02, 0.3), "features": (0.32, 0.06), "train": (0.38, 0.6),
+                   "write": (0.98, 0.02)}
         start, span = weights.get(ev.phase, (1.0, 0.0))
         if ev.phase == "done":
             value = 1000 if ev.fraction >= 1.0 else self.progress.value()  # finished, or cancelled where it was
@@ -169,7 +183,8 @@ class DistillDialog(QDialog):
             value = int(1000 * (start + span * ev.fraction))
         self.progress.setValue(value)
         eta = _eta(ev.eta_s)
-        label = {"data": "target answering prompts", "train": "training"}.get(ev.phase, ev.phase)
+        label = {"data": "target answering prompts", "features": "target hidden states",
+                 "train": "training"}.get(ev.phase, ev.phase)
         self.progress.setFormat(f"{label}: {ev.fraction:.0%}" + (f" (ETA {eta})" if eta else ""))
         self.status.setText(ev.message)
         if ev.curve:
