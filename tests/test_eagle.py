@@ -118,3 +118,53 @@ def test_where_an_eagle_head_cannot_run_it_says_so(eagle, eagle_target, tmp_path
     rc = main(["distill", "--target", str(eagle_target), "--out", str(tmp_path / "x"), "--standalone", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "EAGLE head" in err[0], err
+
+
+def test_an_eagle_head_started_from_a_draft_drafts_as_that_draft_at_first(eagle_target, tmp_path):
+    """--init-from: the head takes the draft's layers, norm and head tokens, and its fusion layer passes only the
+    token embedding, so before any training each row j drafts what the draft drafts after t_{j+1}."""
+    from safetensors.torch import load_file
+
+    from specdesk.core.distill.draft import HEAD_IDS_KEY, build_draft, build_eagle, save_draft
+    from specdesk.core.distill.eagle import unrolled_logits
+    from specdesk.core.loading import load_model
+
+    target = load_model(str(eagle_target), device="cpu")
+    draft = build_draft(target.model, 2, torch.arange(100, 356))
+    with torch.no_grad():
+        for p in draft.model.layers.parameters():
+            p.add_(torch.randn_like(p) * 0.05)  # not the target's layers: the copy must come from the folder
+            p.copy_(p.half().float())  # as the folder stores them
+    folder = tmp_path / "draft"
+    save_draft(draft, folder, target, head_ids=torch.arange(100, 356), target_sha256="x", target_source=eagle_target)
+    head = build_eagle(target.model, load_file(str(folder / "model.safetensors"))[HEAD_IDS_KEY], layers=2,
+                       init_from=str(folder))
+    ids = target.tokenizer("def f(x): return x + 1")["input_ids"]
+    toks = torch.tensor([ids[1:]])
+    feats = torch.randn(1, len(ids) - 1, 64)  # ignored by the starting fusion layer
+    with torch.no_grad():
+        outs, _ = unrolled_logits(head, feats, toks, 2)
+        want = draft(input_ids=torch.tensor([ids[1:]])).logits
+    assert torch.allclose(outs[0], want.float(), atol=1e-4)
+    # step 2 reads the true next token as well: row j's second draft is the draft's prediction one row later
+    assert torch.allclose(outs[1][0, :-1], want[0, 1:].float(), atol=1e-4)
+
+
+def test_the_planner_counts_an_eagle_head_and_its_hidden_states_exactly(eagle, eagle_target, engines):
+    """Own parameters (layer, norm, fusion layer, head rows) equal the loaded head's; the KV figures of target and
+    head together equal the buffers a generation preallocated (KV, and the two hidden-state buffers)."""
+    from specdesk.core.plan.memory import kv_cache_bytes
+    from specdesk.core.plan.params import analyze
+
+    out, _ = eagle
+    spec, _ = engines
+    head = analyze(str(out))
+    assert head.params == spec.draft.params and head.hidden_rows == 2
+    assert any("EAGLE" in n for n in head.notes)
+    ids = spec.encode(PROMPTS[0])
+    spec.generate(PROMPTS[0], max_new_tokens=20, k=4)
+    cap = len(ids) + 20 + 4 + 2  # what decode preallocates for a fixed k
+    target = analyze(str(eagle_target))
+    want = kv_cache_bytes(target, cap, "float32") + kv_cache_bytes(head, cap, "float32")
+    hidden = 2 * cap * head.hidden_size * 4
+    assert spec.kv_reserved_bytes() == want and kv_cache_bytes(head, cap, "float32") > hidden

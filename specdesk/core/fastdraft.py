@@ -212,5 +212,6 @@ class LeanDecoder:
                    for L in self.layers for name in ("k", "v"))
 
     def kv_reserved_bytes(self) -> int:
-        """Bytes of the KV buffers, the whole capacity."""
-        return sum(L[name].numel() * L[name].element_size() for L in self.layers for name in ("k", "v"))
+        """Bytes of the KV buffers (and the hidden-state buffer, when kept), the whole capacity."""
+        hidden = self.hidden.numel() * self.hidden.element_size() if self.hidden is not None else 0
+        return hidden + sum(L[name].numel() * L[name].element_size() for L in self.layers for name in ("k", "v"))

@@ -79,21 +79,37 @@ def build_draft(target_model, layers: int, head_ids: torch.Tensor | None, dtype=
 FC = "specdesk_fc"  # an EAGLE head's fusion layer, a submodule of the draft model (saved as specdesk_fc.weight)
 
 
-def build_eagle(target_model, head_ids: torch.Tensor | None, source_layer: int | None = None,
+def build_eagle(target_model, head_ids: torch.Tensor | None, layers: int = 1, init_from: str | None = None,
                 dtype=torch.float32):
-    """An EAGLE head (core/eagle.py): one decoder layer initialised from the target's ``source_layer`` (default its
-    last), the target's final norm (copied), a fusion layer fc (2*hidden -> hidden, starting as the mean of the
-    feature and the token embedding), embeddings shared and head rows ``head_ids`` as for a draft."""
-    n = target_model.config.num_hidden_layers
-    src = n - 1 if source_layer is None else source_layer
-    draft = build_draft(target_model, 1, head_ids, dtype)
-    layer = target_model.model.layers[src]
-    draft.model.layers[0].load_state_dict({k: v.to(dtype) for k, v in layer.state_dict().items()})
+    """An EAGLE head (core/eagle.py): ``layers`` decoder layers, the target's final norm (copied), a fusion layer fc
+    (2*hidden -> hidden), embeddings shared and head rows ``head_ids`` as for a draft.
+
+    Fresh: the layers start as the target's last ones and fc as the mean of the feature and the token embedding.
+    ``init_from`` a distilled draft folder of the same shape (its layers, norm and head): fc starts as [0 | I], the
+    token embedding alone, so the head starts out drafting as that draft does (row j reads t_{j+1}) and training
+    adds what the target's features tell it."""
     hidden = int(target_model.config.hidden_size)
-    fc = torch.nn.Linear(2 * hidden, hidden, bias=False, device=next(draft.parameters()).device, dtype=dtype)
+    draft = build_draft(target_model, layers, head_ids, dtype)
+    device = next(draft.parameters()).device
+    fc = torch.nn.Linear(2 * hidden, hidden, bias=False, device=device, dtype=dtype)
+    eye = torch.eye(hidden, dtype=dtype)
+    if init_from:
+        from safetensors.torch import load_file
+
+        own = load_file(str(Path(init_from) / "model.safetensors"))
+        own.pop(HEAD_IDS_KEY, None)
+        missing, unexpected = draft.load_state_dict({k: v.to(dtype) for k, v in own.items()}, strict=False)
+        if [m for m in missing if m not in BORROWED and "rotary" not in m] or unexpected:
+            raise BadModel(f"{init_from} does not have this head's shape ({layers} layers)")
+        weight = torch.cat([torch.zeros_like(eye), eye], dim=1)
+    else:
+        n = target_model.config.num_hidden_layers
+        src = target_model.model.layers
+        for i in range(layers):
+            draft.model.layers[i].load_state_dict({k: v.to(dtype) for k, v in src[n - layers + i].state_dict().items()})
+        weight = torch.cat([eye, eye], dim=1) * 0.5
     with torch.no_grad():
-        eye = torch.eye(hidden, dtype=dtype) * 0.5
-        fc.weight.copy_(torch.cat([eye, eye], dim=1))
+        fc.weight.copy_(weight)
     setattr(draft, FC, fc)
     return draft
 

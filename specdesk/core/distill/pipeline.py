@@ -40,7 +40,8 @@ class DistillConfig:
     sampled_every: int = 4  # every 4th training batch is answered at temperature 0.7, the rest greedily
     topk: int = 64
     kind: str = "draft"  # "draft": a few layers of its own; "eagle": a one-layer head on the target's hidden states
-    layers: int = 2  # a draft's layers (an EAGLE head has one)
+    layers: int = 2  # decoder layers of a draft (an EAGLE head: 1 unless set)
+    init_from: str | None = None  # an EAGLE head: start from this distilled draft's layers, norm and head tokens
     head_vocab: int = 8192  # 0: the target's whole vocabulary
     batch: int = 8  # sequences per optimiser step
     lr: float = 1e-3

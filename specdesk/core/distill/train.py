@@ -18,6 +18,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
@@ -88,6 +89,13 @@ class Trainer:
         ckpt = work.load_checkpoint() if cfg.resume else None
         if ckpt is not None:
             self.head_ids = ckpt["head_ids"]
+        elif getattr(cfg, "init_from", None):  # an EAGLE head started from a draft keeps that draft's head tokens
+            from safetensors import safe_open
+
+            from specdesk.core.distill.draft import HEAD_IDS_KEY
+
+            with safe_open(str(Path(cfg.init_from) / "model.safetensors"), "pt") as f:
+                self.head_ids = f.get_tensor(HEAD_IDS_KEY) if HEAD_IDS_KEY in f.keys() else None
         else:
             self.head_ids = choose_head(self.train, cfg.head_vocab, vocab, set(target.eos_ids))
         self.draft = self._build(target)

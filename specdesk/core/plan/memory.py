@@ -96,7 +96,8 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
 def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
     """Keys + values for a sequence of ``positions`` tokens (batch 1), in ``dtype``."""
     per_position = 2 * a.kv.kv_heads * a.kv.head_dim * dtype_bytes(dtype)  # K and V
-    return per_position * a.kv.positions_kept(max(0, positions))
+    hidden = a.hidden_rows * a.hidden_size * dtype_bytes(dtype) * max(0, positions)  # an EAGLE head's feature rows
+    return per_position * a.kv.positions_kept(max(0, positions)) + hidden
 
 
 def capacity(context: int, k: int) -> int:

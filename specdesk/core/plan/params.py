@@ -85,6 +85,8 @@ class ModelAnalysis:
     lean_fused_params: int = 0  # weights fastdraft.LeanDecoder copies when this model runs on it unquantized
     lean_layer_params: int = 0  # parameters of the decoder layers (its fusing limit is on their bytes)
     prequantized: str | None = None  # quant_method of an already-quantized checkpoint
+    # hidden-state rows kept per position: an EAGLE head keeps the target's final hidden states and its own (2)
+    hidden_rows: int = 0
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -373,6 +375,7 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
     else:
         source = "config.json (meta-device model)"
     borrow = cfg.get("specdesk") if isinstance(cfg.get("specdesk"), dict) else {}
+    hidden_rows = 0
     if borrow.get("borrows"):  # a distilled draft: the target's tensors it shares are the target's, not counted twice
         for n in borrow["borrows"]:
             shapes.pop(n, None)
@@ -381,6 +384,11 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         notes = [n for n in notes if "does not use" not in n]
         shared = ["embeddings"] + ([] if borrow.get("head_ids") else ["output head"])
         notes.append(f"borrows the target's {' and '.join(shared)} at load time (counted with the target)")
+        if borrow.get("kind") == "eagle-head":  # its fusion layer, and the hidden states it reads and writes
+            hidden = int(getattr(config, "hidden_size", 0))
+            shapes["specdesk_fc.weight"] = (hidden, 2 * hidden)
+            hidden_rows = 2
+            notes.append("an EAGLE head: the target's hidden states and its own kept per position (counted as its cache)")
     linears = tuple(LinearInfo(n, _numel(shapes[n]), *quantized[n]) for n in shapes if n in quantized)
     kv, kv_notes = _kv_layout(config)
     fused, layer_params = _lean_params(model)
@@ -396,7 +404,7 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         max_positions=getattr(text, "max_position_embeddings", None), stored_dtype=stored_dtype,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)), lean_fused_params=fused,
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
-        notes=tuple(notes + kv_notes))
+        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes))
 
 
 def _analyze_gguf(path: Path, name: str) -> ModelAnalysis:
