@@ -25,6 +25,7 @@ def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
     dlg.cancel_button.click()
     qtbot.waitUntil(lambda: not dlg.running, timeout=30_000)
     assert dlg.error is None and "cancelled" in dlg.last_event.message
+    assert dlg.progress.format().startswith("stopped") and 0 < dlg.progress.value() < 1000
     stopped = dlg.last_event.step
     assert (tmp_path / "draft" / ".distill" / "checkpoint.pt").exists()
     assert dlg.resume_button.isEnabled() and not dlg.start_button.isEnabled()

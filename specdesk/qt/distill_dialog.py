@@ -185,7 +185,10 @@ class DistillDialog(QDialog):
         eta = _eta(ev.eta_s)
         label = {"data": "target answering prompts", "features": "target hidden states",
                  "train": "training"}.get(ev.phase, ev.phase)
-        self.progress.setFormat(f"{label}: {ev.fraction:.0%}" + (f" (ETA {eta})" if eta else ""))
+        if ev.phase == "done":  # finished, or cancelled (the bar stays where it stopped)
+            self.progress.setFormat("done" if ev.fraction >= 1.0 else "stopped: Resume goes on from the checkpoint")
+        else:
+            self.progress.setFormat(f"{label}: {ev.fraction:.0%}" + (f" (ETA {eta})" if eta else ""))
         self.status.setText(ev.message)
         if ev.curve:
             self.curve.setData([t / 60 for _, t, _ in ev.curve], [a for _, _, a in ev.curve])

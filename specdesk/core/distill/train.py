@@ -230,7 +230,7 @@ class Trainer:
             t0 = time.perf_counter()
             pick = torch.randint(0, len(self.train), (cfg.batch,), generator=self.rng).tolist()
             for g in self.opt.param_groups:
-                g["lr"] = self._lr()
+                g["lr"] = self._lr() * g.get("lr_scale", 1.0)
             loss = self.loss([self.train[i] for i in pick])
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
