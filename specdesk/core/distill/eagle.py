@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specdesk.core.distill.draft import FC, build_eagle
-from specdesk.core.distill.train import Trainer, _batch
+from specdesk.core.distill.train import Trainer
 
 
 @torch.inference_mode()
