@@ -79,7 +79,15 @@ def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):
     assert steps[0] == 5 and steps[-1] == 6
     assert sorted(p.name for p in (out / ".distill" / "data").iterdir()) == data_files
     with pytest.raises(BadSetting, match="differ"):
-        list(distill(small_config(distill_target, out, steps=8, train_prompts=32, resume=True)))
+        list(distill(small_config(distill_target, out, steps=8, train_prompts=32, head_vocab=256, resume=True)))
+    # more training prompts extend the data: the answered shard is kept as it is, one more batch is answered
+    before = (out / ".distill" / "data" / "train-00000.pt").read_bytes()
+    events = list(distill(small_config(distill_target, out, steps=8, train_prompts=32, resume=True)))
+    assert [e for e in events if e.phase == "data"][-1].message.startswith("target answered 16 of 16")
+    assert (out / ".distill" / "data" / "train-00000.pt").read_bytes() == before
+    assert (out / ".distill" / "data" / "train-00001.pt").exists() and events[-1].step == 8
+    with pytest.raises(BadSetting, match="fewer"):
+        list(distill(small_config(distill_target, out, steps=9, train_prompts=16, resume=True)))
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ def references(tiny_engine):
     return {p: reference(tiny_engine.target.model, tiny_engine.encode(p)) for p in PROMPTS}
 
 
-@pytest.mark.parametrize("drafter", ["model", "ngram", "none"])
+@pytest.mark.parametrize("drafter", ["model", "model+lookup", "ngram", "none"])
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_greedy_parity_fp32(tiny_engine, references, drafter, k):
     for prompt in PROMPTS:

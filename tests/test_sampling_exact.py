@@ -86,7 +86,8 @@ def chi_square_p(law: dict, counts: dict, n: int) -> float:
     (SamplingConfig(temperature=0.8, top_k=4, top_p=0.9), "model", 3, 1500),
     (SamplingConfig(temperature=1.2, top_k=3), "model", 4, 1200),
     (SamplingConfig(temperature=1.3, top_k=3, top_p=0.95), "ngram", 4, 1500),
-], ids=["model-k2-topk", "model-k3-topk-topp", "model-k4-topk", "lookup-k4-topk-topp"])
+    (SamplingConfig(temperature=1.0, top_k=3), "model+lookup", 3, 1200),
+], ids=["model-k2-topk", "model-k3-topk-topp", "model-k4-topk", "lookup-k4-topk-topp", "model+lookup-k3-topk"])
 def test_first_k_plus_1_tokens_follow_the_target(tiny_vocab_pair, cfg, drafter, k, n):
     """max_new_tokens = k + 1, so the first step drafts k tokens and every drafted position is verified
     (accepted prefix, first rejection, residual, bonus); the joint law of all k + 1 tokens is the target's."""

@@ -24,8 +24,9 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
     g = p.add_argument_group("models")
     g.add_argument("--target", default=default_target, help=f"target model: {target_help}")
     g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
-    g.add_argument("--drafter", choices=("model", "ngram", "none"), default=None,
-                   help="model (a draft model), ngram (prompt lookup, no extra model) or none (plain decoding)")
+    g.add_argument("--drafter", choices=("model", "model+lookup", "ngram", "none"), default=None,
+                   help="model (a draft model), model+lookup (the draft model, and prompt lookup where the text "
+                        "repeats), ngram (prompt lookup, no extra model) or none (plain decoding)")
     g.add_argument("--target-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the target")
     g.add_argument("--draft-quant", choices=QUANTS, default="none", help="bitsandbytes quantization of the draft")
     g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")

@@ -374,6 +374,10 @@ class AdaptiveK:
         self.history.append(k)
         return k
 
+    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0) -> None:
+        """A step whose tokens came from elsewhere (prompt lookup beside a draft model): only its verify cost."""
+        self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
+
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
                 context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:

@@ -124,7 +124,12 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         accepted += n
         draft_total += tb - ta
         verify_total += tc - tb
-        controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
+        if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
+            observe_verify = getattr(controller, "observe_verify", None)
+            if observe_verify is not None:
+                observe_verify(m, tc - tb, context)
+        else:
+            controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
         if keep is not None:
             k = m  # drafting by confidence: the step's k is what the draft was let draft
         end = time.perf_counter()

@@ -6,6 +6,7 @@ many leading committed positions are certainly right, so a drafter with state ro
 
 - ``ModelDrafter``: a second causal LM with the same tokenizer (the classic draft model).
 - ``NgramDrafter``: prompt lookup; continues the latest earlier occurrence of the context's last n-gram.
+- ``LookupFirstDrafter``: a draft model and prompt lookup together (drafter "model+lookup").
 - ``NoDrafter``: proposes nothing; the loop then is plain autoregressive decoding of the target.
 """
 
@@ -27,6 +28,7 @@ class Proposal:
     probs: torch.Tensor | None = None  # (m, V) the draft's processed distributions; None = point masses
     # the draft's probability of each proposed token (only when the caller asked, see Drafter.propose)
     confidences: tuple[float, ...] = ()
+    free: bool = False  # taken from prompt lookup by a model drafter (no model pass; its costs are not the model's)
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -171,3 +173,34 @@ class ModelDrafter(Drafter):
 
     def commit(self, valid_len: int) -> None:
         self.seq.crop(valid_len)
+
+
+class LookupFirstDrafter(Drafter):
+    """A draft model and prompt lookup together: where the context's last n-gram occurred before, the lookup's
+    continuation is proposed (a point mass per token, as prompt lookup's, and no model pass); elsewhere the draft
+    model drafts. Replies that repeat their prompt (rewriting, summaries quoting it, edited code) then go at
+    lookup's pace and free text at the draft's; each proposal is exact on its own terms, so the output stays the
+    target's. A continuation shorter than ``min_tokens`` is left to the model."""
+
+    name = "model+lookup"
+    reports_confidence = True
+    LOOKUP_CAP = 8  # k=auto plans up to k_max for a confident draft; lookup's own k=auto averaged 7.2 (chat bench)
+
+    def __init__(self, model: ModelDrafter, lookup: NgramDrafter, min_tokens: int = 2) -> None:
+        self.model = model
+        self.lookup = lookup
+        self.min_tokens = min_tokens
+        self.device = model.device
+
+    def start(self, prefix_ids: list[int], capacity: int) -> None:
+        self.model.start(prefix_ids, capacity)
+        self.lookup.start(prefix_ids, capacity)
+
+    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
+        cont = self.lookup.lookup(ids, min(k, self.LOOKUP_CAP))
+        if len(cont) >= self.min_tokens:
+            return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True)
+        return self.model.propose(ids, k, sampling, generator, keep)
+
+    def commit(self, valid_len: int) -> None:
+        self.model.commit(valid_len)

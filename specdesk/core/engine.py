@@ -14,14 +14,14 @@ from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
 from specdesk.core.distill.draft import FC
-from specdesk.core.drafters import Drafter, ModelDrafter, NgramDrafter, NoDrafter
+from specdesk.core.drafters import Drafter, LookupFirstDrafter, ModelDrafter, NgramDrafter, NoDrafter
 from specdesk.core.eagle import EagleDrafter
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_borrowing_draft, load_model, resolve
 from specdesk.core.membudget import MemoryBudget, guarded
-from specdesk.core.pairing import DRAFTERS, resolve_drafter
+from specdesk.core.pairing import DRAFTERS, HYBRID, MODEL_DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
 
@@ -32,8 +32,8 @@ class Engine:
                  ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True) -> None:
         if drafter not in DRAFTERS:
             raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
-        if drafter == "model" and draft is None:
-            raise BadSetting("drafter 'model' needs a draft model (or choose drafter ngram or none)")
+        if drafter in MODEL_DRAFTERS and draft is None:
+            raise BadSetting(f"drafter '{drafter}' needs a draft model (or choose drafter ngram or none)")
         if not (1 <= ngram_min <= ngram_max <= 16):
             raise BadSetting(f"n-gram sizes must satisfy 1 <= min ({ngram_min}) <= max ({ngram_max}) <= 16")
         self.target = target
@@ -69,6 +69,8 @@ class Engine:
         return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
 
     def _drafter(self, name: str) -> Drafter:
+        if name == HYBRID:
+            return LookupFirstDrafter(self._drafter("model"), NgramDrafter(self._runner.device, *self.ngram))
         if name == "model":
             if self._model_drafter is None:
                 raise BadSetting("this engine has no draft model; use drafter ngram or none")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from specdesk.core.errors import BadSetting
 
-DRAFTERS = ("model", "ngram", "none")
+HYBRID = "model+lookup"  # the draft model, and prompt lookup's continuation where the context repeats
+DRAFTERS = ("model", HYBRID, "ngram", "none")
+MODEL_DRAFTERS = ("model", HYBRID)  # the drafters that need a draft model
 
 
 def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tuple[str, str | None]:
@@ -19,8 +21,8 @@ def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tupl
         raise BadSetting(f"a draft model and drafter {drafter} contradict each other: choose one")
     if drafter is None:
         drafter = "model" if (draft is not None or target == "demo-target") else "ngram"
-    if drafter == "model" and draft is None:
+    if drafter in MODEL_DRAFTERS and draft is None:
         if target != "demo-target":
-            raise BadSetting("drafter 'model' needs a draft model (give one, or choose drafter ngram or none)")
+            raise BadSetting(f"drafter '{drafter}' needs a draft model (give one, or choose drafter ngram or none)")
         draft = "demo-draft"
-    return drafter, (draft if drafter == "model" else None)
+    return drafter, (draft if drafter in MODEL_DRAFTERS else None)

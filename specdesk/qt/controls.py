@@ -10,7 +10,8 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, Q
 
 from specdesk.core.settings import MAX_K, GenerationSettings
 
-DRAFTER_LABELS = {"model": "draft model", "ngram": "n-gram lookup", "none": "none (plain)"}
+DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup", "ngram": "n-gram lookup",
+                  "none": "none (plain)"}
 AUTO_K = -1  # the k spin box's minimum, shown as "auto"
 RANDOM_SEED = -1
 

@@ -91,7 +91,7 @@ def analyse(runs: list[Run]) -> list[Row]:
         tokens = sum(r.new_tokens for r in rs)
         predicted = efficiency = None
         measured = _median(ratios) if spec else None
-        if spec and isinstance(rs[0].k, int) and rs[0].k > 0 and method.startswith("draft") and alpha is not None:
+        if spec and isinstance(rs[0].k, int) and rs[0].k > 0 and method.startswith("draft k=") and alpha is not None:
             k = rs[0].k
             c_draft = sum(r.draft_s or 0 for r in rs) / drafted if drafted else 0.0
             c_verify = sum(r.verify_s or 0 for r in rs) / forwards if forwards else None
@@ -143,6 +143,7 @@ class Summary:
     sampled_temperature: float | None
     sampled: str | None
     sampled_speedup: float | None
+    hybrid_speedup: float | None = None  # "draft+lookup k=auto": the draft, and prompt lookup where text repeats
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -164,6 +165,7 @@ def summaries(rows: list[Row]) -> list[Summary]:
         lookup = _best(greedy, lambda r: r.method.startswith("lookup k="))
         sampled = _best([r for r in rows if r.category == cat and r.temperature == sampled_t],
                         lambda r: r.method.startswith("draft k="))
+        hybrid = next((r for r in greedy if r.method == "draft+lookup k=auto"), None)
         auto_speed = auto.speedup if auto is not None else None
         out.append(Summary(
             category=cat, plain_tokens_per_s=plain.tokens_per_s if plain else None,
@@ -177,7 +179,8 @@ def summaries(rows: list[Row]) -> list[Summary]:
             auto_tokens_per_pass=auto.mean_accepted_length if auto is not None else None,
             lookup=lookup.method if lookup else None, lookup_speedup=lookup.speedup if lookup else None,
             sampled_temperature=sampled_t if sampled else None, sampled=sampled.method if sampled else None,
-            sampled_speedup=sampled.speedup if sampled else None))
+            sampled_speedup=sampled.speedup if sampled else None,
+            hybrid_speedup=hybrid.speedup if hybrid is not None else None))
     return out
 
 

@@ -24,17 +24,20 @@ def summary_table(rows: list[Row]) -> list[str]:
            "Greedy unless said. Best fixed k: the draft's fixed-k row with the highest speed-up; its acceptance, "
            "tokens per target pass and acceptance at draft positions 1..k (of the steps that drafted a position "
            "with every earlier one accepted, the share that accepted it). k=auto / best: the ratio of their "
-           "speed-ups." + (f" Sampled: the draft's best row at temperature {t:g}." if t is not None else ""), "",
+           "speed-ups." + (f" Sampled: the draft's best row at temperature {t:g}." if t is not None else "")
+           + " Draft+lookup: drafter model+lookup at k=auto (prompt lookup's continuation where the text repeats, "
+           "the draft elsewhere).", "",
            "| category | plain tok/s | best fixed k | its tok/s | its speed-up | k=auto speed-up | k=auto / best "
-           "| prompt lookup, best | sampled, best | acceptance | tokens/pass | k=auto tokens/pass "
+           "| prompt lookup, best | draft+lookup | sampled, best | acceptance | tokens/pass | k=auto tokens/pass "
            "| acceptance by draft position |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for s in sums:
         lookup = f"{s.lookup_speedup:.2f}x ({s.lookup})" if s.lookup else "-"
         sampled = f"{s.sampled_speedup:.2f}x ({s.sampled})" if s.sampled else "-"
         out.append(f"| {s.category} | {_f(s.plain_tokens_per_s, '{:.1f}')} | {s.best_k or '-'} "
                    f"| {_f(s.best_k_tokens_per_s, '{:.1f}')} | {_f(s.best_k_speedup, '{:.2f}x')} "
-                   f"| {_f(s.auto_speedup, '{:.2f}x')} | {_f(s.auto_vs_best_k)} | {lookup} | {sampled} "
+                   f"| {_f(s.auto_speedup, '{:.2f}x')} | {_f(s.auto_vs_best_k)} | {lookup} "
+                   f"| {_f(s.hybrid_speedup, '{:.2f}x')} | {sampled} "
                    f"| {_f(s.best_k_acceptance)} | {_f(s.best_k_tokens_per_pass)} | {_f(s.auto_tokens_per_pass)} "
                    f"| {_positions(s.best_k_position_acceptance)} |")
     return out

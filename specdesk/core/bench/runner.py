@@ -87,6 +87,7 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
         methods.append(Method("draft k=auto", "specdesk", "model", "auto"))
+        methods.append(Method("draft+lookup k=auto", "specdesk", "model+lookup", "auto"))
     methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
     methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
     if with_hf:

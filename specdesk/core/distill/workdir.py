@@ -38,12 +38,19 @@ class WorkDir:
         """A new run writes its settings; a resumed one checks the data-shaping ones still match."""
         if resume and self.exists():
             old = json.loads(self.settings_path.read_text())
-            keys = ("target_sha256", "seed", "train_prompts", "held_out_prompts", "max_new_tokens", "topk",
+            keys = ("target_sha256", "seed", "held_out_prompts", "max_new_tokens", "topk",
                     "layers", "head_vocab", "kind")
             diff = [k for k in keys if old.get(k, "draft" if k == "kind" else None) != settings.get(k)]
+            # more training prompts extend the data: the prompt list is the same seeded sequence, longer, so the
+            # answered shards stay valid (fewer would drop answered data: refused)
+            if settings.get("train_prompts", 0) < old.get("train_prompts", 0):
+                diff.append("train_prompts (fewer than before)")
             if diff:
                 raise BadSetting(f"--resume: this run's {', '.join(diff)} differ from the run in {self.root} "
                                  f"(use the same settings, or another --out)")
+            if settings.get("train_prompts") != old.get("train_prompts"):
+                self.settings_path.write_text(json.dumps({**old, "train_prompts": settings["train_prompts"]},
+                                                         indent=2))
             return
         if not resume and self.exists():
             raise BadSetting(f"{self.root.parent} already holds a distillation; add --resume to go on with it, "

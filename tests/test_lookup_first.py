@@ -1,0 +1,68 @@
+"""Drafter "model+lookup": prompt lookup's continuation where the context repeats, the draft model elsewhere.
+Greedy output token-identical to the target alone with both kinds of proposal in one generation; lookup steps
+teach an adaptive k only their verify cost (the sampled law: test_sampling_exact's model+lookup case)."""
+
+from __future__ import annotations
+
+import pytest
+
+import specdesk
+from specdesk.core.drafters import LookupFirstDrafter
+
+EDIT = ("def area(width, height):\n    \"\"\"The area of a rectangle.\"\"\"\n    return width * height\n\n\n"
+        "def area_v2(width, height):\n")
+FREE = "# A docstring follows\n"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return specdesk.load("demo-target", device="cpu"), specdesk.load("demo-target", drafter="none", device="cpu")
+
+
+def test_greedy_output_is_the_targets_with_both_kinds_of_proposal(demo, monkeypatch):
+    spec, plain = demo
+    sources: list[bool] = []
+    propose = LookupFirstDrafter.propose
+
+    def spy(self, *a, **kw):
+        out = propose(self, *a, **kw)
+        if len(out):
+            sources.append(out.free)
+        return out
+
+    monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
+    for prompt in (EDIT, FREE):
+        want = plain.generate(prompt, max_new_tokens=48).token_ids
+        for k in (2, 4, "auto"):
+            got = spec.generate(prompt, max_new_tokens=48, k=k, drafter="model+lookup")
+            assert got.token_ids == want, (prompt, k)
+    assert True in sources and False in sources  # lookup's and the model's proposals both verified
+
+
+def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch):
+    from specdesk.core.adaptive import AdaptiveK
+
+    spec, _ = demo
+    calls: list[tuple[str, int]] = []
+    sources: list[bool] = []
+    propose, observe, verify = LookupFirstDrafter.propose, AdaptiveK.observe, AdaptiveK.observe_verify
+
+    def spy_propose(self, *a, **kw):
+        out = propose(self, *a, **kw)
+        sources.append(out.free)
+        return out
+
+    def spy_observe(self, k, drafted, *a, **kw):
+        calls.append(("model", drafted))
+        return observe(self, k, drafted, *a, **kw)
+
+    def spy_verify(self, drafted, *a, **kw):
+        calls.append(("lookup", drafted))
+        return verify(self, drafted, *a, **kw)
+
+    monkeypatch.setattr(LookupFirstDrafter, "propose", spy_propose)
+    monkeypatch.setattr(AdaptiveK, "observe", spy_observe)
+    monkeypatch.setattr(AdaptiveK, "observe_verify", spy_verify)
+    spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup")
+    assert ("model+lookup", "greedy") in spec._adaptive  # its own controller, apart from the draft model's
+    assert [kind == "lookup" for kind, _ in calls] == sources and any(sources) and not all(sources)
