@@ -12,7 +12,7 @@ from pathlib import Path
 from specdesk.commands.common import add_model_args, add_sampling_args, end_progress, load_engine, tty_progress
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, StepEvent
-from specdesk.core.pairing import resolve_drafter
+from specdesk.core.pairing import MODEL_DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
 
 
@@ -70,7 +70,7 @@ def record_peak(engine, context: int) -> None:
     t, d = engine.target, engine.draft
     try:
         record_measurement(t.path, _quant_label(t), context, peak, engine.device, dtype=t.dtype,
-                           draft=d.path if (d is not None and engine.drafter == "model") else engine.drafter,
+                           draft=d.path if (d is not None and engine.drafter in MODEL_DRAFTERS) else engine.drafter,
                            draft_quant=_quant_label(d) if d is not None else "none")
     except OSError as e:
         logging.getLogger(__name__).warning("could not record the memory peak: %s", e)
