@@ -146,3 +146,11 @@ def test_bench_chat_category_reports_the_chat_figures(chatty, reduced_draft, tin
                  "--categories", "chat"]) == 2
     err = capsys.readouterr().err
     assert "skipping the chat category" in err and "has no chat template" in err
+
+
+def test_per_category_is_checked_in_one_line(capsys):
+    from specdesk.cli import main
+
+    rc = main(["bench", "--per-category", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["specdesk: error: --per-category must be between 1 and 64"]

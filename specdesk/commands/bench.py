@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("--markdown", type=Path, metavar="OUT", help="write the report as Markdown")
     p.add_argument("--plot", type=Path, metavar="OUT.png", help="draw the greedy speed-ups as a PNG")
     p.add_argument("--repeats", type=int, help="override the number of repeats")
+    p.add_argument("--per-category", type=int, metavar="N", help="override the number of prompts per category")
     p.add_argument("--ks", help="comma-separated fixed k values for the draft model (e.g. 1,2,4)")
     p.add_argument("--lookup-k", type=int, default=4, help="k for prompt lookup (default 4)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
@@ -51,6 +52,10 @@ def run(args: argparse.Namespace) -> int:
         if args.repeats < 1:
             raise BadSetting("--repeats must be at least 1")
         cfg["repeats"] = args.repeats
+    if args.per_category is not None:
+        if not 1 <= args.per_category <= 64:
+            raise BadSetting("--per-category must be between 1 and 64")
+        cfg["per_category"] = args.per_category
     if args.ks:
         try:
             cfg["ks"] = tuple(int(x) for x in args.ks.split(","))
