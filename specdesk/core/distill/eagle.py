@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specdesk.core.distill.draft import FC, build_eagle
-from specdesk.core.distill.train import Trainer
+from specdesk.core.distill.train import Trainer, greedy_passes
 
 
 @torch.inference_mode()
@@ -111,19 +111,23 @@ class EagleTrainer(Trainer):
             # pulling them there undid the draft: held-out agreement 0.355 -> 0.258 in 50 steps at lr 1e-3, SmolLM2);
             # the unrolled steps' losses teach it to use its own estimates (as EAGLE-3 does without regression).
             self.reg_weight = 0.0
-            # and the fusion layer, which starts at [0 | I], moves 10x slower: Adam moves every weight about lr per
-            # step whatever its gradient, and at the draft's rate the zero feature half filled with noise
-            # (agreement 0.355 -> 0.330 in 50 steps at lr 2e-4)
-            fc = getattr(self.draft, FC).weight
-            rest = [p for p in self.params if p is not fc]
-            self.opt = torch.optim.AdamW([{"params": rest}, {"params": [fc], "lr_scale": 0.1}], lr=cfg.lr,
-                                         weight_decay=0.0, betas=(0.9, 0.98))
-            ckpt = work.load_checkpoint() if cfg.resume else None
-            if ckpt is not None:
-                self.opt.load_state_dict(ckpt["optimizer"])
 
     def _build(self, target):
         return build_eagle(target.model, self.head_ids, layers=self.cfg.layers, init_from=self.cfg.init_from)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        if not self.cfg.init_from:
+            return super()._optimizer()
+        # Started from a draft, the fusion layer (at [0 | I]) moves 10x slower: Adam moves every weight about lr per
+        # step whatever its gradient, and at the draft's rate the zero feature half filled with noise (agreement
+        # 0.355 -> 0.330 in 50 steps at lr 2e-4, SmolLM2)
+        fc = getattr(self.draft, FC).weight
+        rest = [p for p in self.params if p is not fc]
+        return torch.optim.AdamW([{"params": rest}, {"params": [fc], "lr_scale": 0.1}], lr=self.cfg.lr,
+                                 weight_decay=0.0, betas=(0.9, 0.98))
+
+    def _train_loss(self, pick: list[int]) -> torch.Tensor:
+        return self.loss([self.train[i] for i in pick], [self.features["train"][i] for i in pick])
 
     def compute_features(self, target, cancel) -> Iterator[tuple[int, int]]:
         """Load the cached features or compute them (yielding (done, total) samples); cached in the work folder."""
@@ -156,11 +160,7 @@ class EagleTrainer(Trainer):
             t[b, :len(seq) - 1] = torch.tensor(seq[1:])
         return f.to(self.device), t.to(self.device)
 
-    def _pick(self, index: list[int], split: str):
-        data = self.train if split == "train" else self.held
-        return [data[i] for i in index], [self.features[split][i] for i in index]
-
-    def loss(self, samples, feats=None) -> torch.Tensor:
+    def loss(self, samples, feats) -> torch.Tensor:
         f, t = self._inputs(samples, feats)
         with self._autocast():
             outs, first = unrolled_logits(self.draft, f, t, self.steps_unrolled)
@@ -180,17 +180,6 @@ class EagleTrainer(Trainer):
             if rows.numel():
                 reg = reg + F.smooth_l1_loss(first[b, rows].float(), f[b, rows + 1], reduction="sum") / f.shape[-1]
         return total / max(count, 1) + self.reg_weight * reg / max(count, 1)
-
-    def run(self, cancel):
-        # the base loop draws sample indices; the features travel with them
-        orig = self.loss
-        train = self.train
-        index = {id(s): i for i, s in enumerate(train)}
-        self.loss = lambda samples: orig(samples, [self.features["train"][index[id(s)]] for s in samples])
-        try:
-            yield from super().run(cancel)
-        finally:
-            self.loss = orig
 
     @torch.no_grad()
     def evaluate(self, k: int = 4) -> tuple[float, float, list[float]]:
@@ -220,19 +209,8 @@ class EagleTrainer(Trainer):
                     ok.append(((guess == want) & valid).tolist())
                 first_agree += sum(ok[0])
                 first_n += n
-                pos, passes = 0, 0
-                while pos < n:
-                    run = 0
-                    while run < k and pos + run < n and ok[run][pos]:
-                        reached[run] += 1
-                        accepted[run] += 1
-                        run += 1
-                    if run < k and pos + run < n:
-                        reached[run] += 1
-                    pos += run + 1
-                    passes += 1
                 tpp_num += n
-                tpp_den += passes
+                tpp_den += greedy_passes(lambda i, pos: ok[i][pos], n, k, reached, accepted)
         self.draft.train()
         per_pos = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
         return first_agree / max(first_n, 1), tpp_num / max(tpp_den, 1e-9), per_pos

@@ -26,16 +26,29 @@ from specdesk.core.distill.data import Sample
 from specdesk.core.distill.draft import build_draft, own_state
 
 
-def tokens_per_pass(agree: list[bool], k: int) -> float:
-    """Emitted tokens per target pass when greedy decoding drafts k tokens per step over these agreements."""
-    pos, passes, n = 0, 0, len(agree)
+def greedy_passes(ok, n: int, k: int, reached: list[int] | None = None, accepted: list[int] | None = None) -> int:
+    """Target passes greedy decoding takes over a reply of n tokens drafting k per step, where ok(i, pos) says
+    whether the i-th drafted token (0-based) of a step starting at reply position pos is the target's token.
+    With ``reached``/``accepted`` (length k), counts per draft position the steps that drafted it with every
+    earlier one accepted, and those that accepted it."""
+    pos = passes = 0
     while pos < n:
         run = 0
-        while run < k and pos + run < n and agree[pos + run]:
+        while run < k and pos + run < n and ok(run, pos):
+            if reached is not None:
+                reached[run] += 1
+                accepted[run] += 1
             run += 1
+        if reached is not None and run < k and pos + run < n:
+            reached[run] += 1
         pos += run + 1
         passes += 1
-    return n / max(passes, 1)
+    return passes
+
+
+def tokens_per_pass(agree: list[bool], k: int) -> float:
+    """Emitted tokens per target pass when greedy decoding drafts k tokens per step over these agreements."""
+    return len(agree) / max(greedy_passes(lambda i, pos: agree[pos + i], len(agree), k), 1)
 
 
 def choose_head(samples: list[Sample], size: int, vocab: int, always: set[int]) -> torch.Tensor | None:
@@ -102,7 +115,7 @@ class Trainer:
         for p in self.draft.parameters():
             p.data = p.data.float() if p.requires_grad else p.data
         self.params = [p for n, p in self.draft.named_parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
+        self.opt = self._optimizer()
         self.rng = torch.Generator().manual_seed(cfg.seed + 17)
         pos = torch.full((vocab,), -1, dtype=torch.long)
         if self.head_ids is None:
@@ -122,6 +135,13 @@ class Trainer:
 
     def _build(self, target):
         return build_draft(target.model, self.cfg.layers, self.head_ids)
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
+
+    def _train_loss(self, pick: list[int]) -> torch.Tensor:
+        """The loss on the training replies at indices ``pick``."""
+        return self.loss([self.train[i] for i in pick])
 
     def curve_tuple(self) -> tuple[tuple[int, float, float], ...]:
         return tuple((s, t, a) for s, t, a, *_ in self.curve)
@@ -174,19 +194,8 @@ class Trainer:
                 truth = chunk[i].top_ids[:, 0].to(self.device).long()
                 agree = (guess == truth).tolist()
                 agree_all += agree
-                tpp = tokens_per_pass(agree, k)
                 tpp_num += n
-                tpp_den += n / tpp
-                pos = 0
-                while pos < n:  # per-position acceptance of greedy steps at k
-                    run = 0
-                    while run < k and pos + run < n and agree[pos + run]:
-                        reached[run] += 1
-                        accepted[run] += 1
-                        run += 1
-                    if run < k and pos + run < n:
-                        reached[run] += 1
-                    pos += run + 1
+                tpp_den += greedy_passes(lambda i, pos: agree[pos + i], n, k, reached, accepted)
         self.draft.train()
         per_pos = [a / r if r else 0.0 for a, r in zip(accepted, reached)]
         return sum(agree_all) / max(len(agree_all), 1), tpp_num / max(tpp_den, 1e-9), per_pos
@@ -231,7 +240,7 @@ class Trainer:
             pick = torch.randint(0, len(self.train), (cfg.batch,), generator=self.rng).tolist()
             for g in self.opt.param_groups:
                 g["lr"] = self._lr() * g.get("lr_scale", 1.0)
-            loss = self.loss([self.train[i] for i in pick])
+            loss = self._train_loss(pick)
             self.opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(self.params, 1.0)
