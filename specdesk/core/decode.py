@@ -125,9 +125,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         draft_total += tb - ta
         verify_total += tc - tb
         if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
-            observe_verify = getattr(controller, "observe_verify", None)
-            if observe_verify is not None:
-                observe_verify(m, tc - tb, context)
+            controller.observe_verify(m, tc - tb, context)
         else:
             controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
         if keep is not None:

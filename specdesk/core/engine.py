@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
-from specdesk.core.distill.draft import FC
+from specdesk.core.distill.draft import FC, is_eagle
 from specdesk.core.drafters import Drafter, LookupFirstDrafter, ModelDrafter, NgramDrafter, NoDrafter
 from specdesk.core.eagle import EagleDrafter
 from specdesk.core.errors import BadSetting
@@ -50,7 +50,7 @@ class Engine:
             self.compatibility = check_tokenizers(target.tokenizer, draft.tokenizer, target.name, draft.name)
             self.compatibility.raise_if_bad()
             shared = min(self.compatibility.shared_vocab, draft.vocab, target.vocab)
-            if getattr(draft.model, FC, None) is not None:  # an EAGLE head drafts from the target's features
+            if is_eagle(draft.model):  # an EAGLE head drafts from the target's features
                 self._model_drafter = EagleDrafter(draft.model, getattr(draft.model, FC), self._runner.seq,
                                                    vocab=shared, target_vocab=target.vocab, head_ids=draft.head_ids)
             else:

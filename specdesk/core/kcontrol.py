@@ -19,3 +19,6 @@ class FixedK:
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
                 context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
         pass
+
+    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0) -> None:
+        pass
