@@ -38,12 +38,10 @@ def cpu_name() -> str:
 
 
 def per_position(steps, k: int) -> list[float]:
-    reached, accepted = [0] * k, [0] * k
-    for s in steps:
-        for j in range(min(s.accepted + 1, s.drafted)):
-            reached[j] += 1
-        for j in range(s.accepted):
-            accepted[j] += 1
+    from specdesk.core.bench.runner import position_counts
+
+    reached, accepted = position_counts(steps)
+    reached, accepted = (reached + [0] * k)[:k], (accepted + [0] * k)[:k]
     return [round(a / r, 3) if r else 0.0 for a, r in zip(accepted, reached)]
 
 
