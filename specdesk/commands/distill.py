@@ -45,8 +45,9 @@ def add_parser(sub) -> None:
 def rebuild_command(args: argparse.Namespace) -> str:
     """The command that rebuilds the draft from nothing (a resumed run ends where a whole one does)."""
     parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
-    for flag, value in (("--kind", args.kind), ("--init-from", args.init_from), ("--minutes", args.minutes), ("--steps", args.steps), ("--prompts", args.prompts),
-                        ("--layers", args.layers), ("--head-vocab", args.head_vocab)):
+    for flag, value in (("--kind", args.kind), ("--init-from", args.init_from), ("--minutes", args.minutes),
+                        ("--steps", args.steps), ("--prompts", args.prompts), ("--layers", args.layers),
+                        ("--head-vocab", args.head_vocab)):
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
     if args.device != "auto":

@@ -4,7 +4,8 @@
         print(ev.phase, ev.fraction, ev.agreement)
 
 Phases: ``load`` the target; ``data``: the target answers the held-out prompts (greedy) and the training prompts
-(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7); ``features`` (an EAGLE head only: the target's hidden states on every reply, cached); ``train`` the draft
+(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7); ``features`` (an EAGLE
+head only: the target's hidden states on every reply, cached); ``train`` the draft
 (checkpoints every ``checkpoint_s`` seconds and at the end; held-out agreement every ``eval_every`` steps);
 ``write`` the draft folder. Every phase resumes: present shards are kept, training goes on from its checkpoint.
 Cancellation is a ``threading.Event`` checked between batches and steps (a checkpoint is written first).
