@@ -62,6 +62,7 @@ def test_generate_streams_text(tiny_target, tiny_draft):
     (["--prompt", "x", "--k", "-1"], "k must be"),
     (["--prompt", "x", "--temperature", "-1"], "temperature"),
     (["--prompt", "x", "--top-p", "2"], "top-p"),
+    (["--prompt", "x", "--tree", "4,x"], "tree widths"),
     (["--prompt-file", "/no/such/file"], "cannot read prompt file"),
     (["--prompt", "x", "--target", "/no/such/model"], "no such model folder"),
     (["--prompt", "x", "--target", "nobody/nothing-7b"], "not in the local Hugging Face cache"),

@@ -109,9 +109,9 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
     drafted = 0
     for prompt in PROMPTS:
         want = plain.generate(prompt, max_new_tokens=40).token_ids
-        for k in (1, 4, "auto"):
-            got = spec.generate(prompt, max_new_tokens=40, k=k)
-            assert got.token_ids == want, (prompt, k)
+        for k, tree in ((1, ()), (4, ()), ("auto", ()), (4, (4, 2)), ("auto", (3, 2, 2))):  # trees: head positions
+            got = spec.generate(prompt, max_new_tokens=40, k=k, tree=tree)             # mapped to token ids too
+            assert got.token_ids == want, (prompt, k, tree)
             drafted += got.stats.drafted
     assert drafted > 0
 

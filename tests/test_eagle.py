@@ -61,9 +61,9 @@ def test_greedy_output_is_the_targets_with_an_eagle_head(engines):
     drafted = accepted = 0
     for prompt in PROMPTS:
         want = plain.generate(prompt, max_new_tokens=40).token_ids
-        for k in (1, 4, "auto"):
-            got = spec.generate(prompt, max_new_tokens=40, k=k)
-            assert got.token_ids == want, (prompt, k)
+        for k, tree in ((1, ()), (4, ()), ("auto", ()), (4, (4, 2)), ("auto", (3, 2))):  # a kept tree leaf moves
+            got = spec.generate(prompt, max_new_tokens=40, k=k, tree=tree)             # its hidden state too
+            assert got.token_ids == want, (prompt, k, tree)
             drafted += got.stats.drafted
             accepted += got.stats.accepted
     assert drafted > 0  # (the tiny target's random replies: acceptance is checked on SmolLM2 by bench)

@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
     p.add_argument("--per-category", type=int, metavar="N", help="override the number of prompts per category")
     p.add_argument("--ks", help="comma-separated fixed k values for the draft model (e.g. 1,2,4)")
     p.add_argument("--lookup-k", type=int, default=4, help="k for prompt lookup (default 4)")
+    p.add_argument("--tree", default="4,2", help="widths of the draft's sibling-tree rows, greedy (default 4,2: "
+                                                 "its best 4 tokens at depth 1, best 2 at depth 2); none = no tree rows")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
     p.add_argument("--greedy-only", action="store_true", help="skip the temperature 0.7 runs")
     p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context,chat "
@@ -46,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from specdesk.core.bench.runner import default_methods, run_suite
     from specdesk.core.bench.suite import CATEGORIES, build_suite
     from specdesk.core.sessionlog import library_versions
+    from specdesk.core.tree import parse_widths
 
     cfg = dict(QUICK if args.quick else FULL)
     if args.repeats is not None:
@@ -97,8 +100,12 @@ def run(args: argparse.Namespace) -> int:
         say(f"skipping transformers' assisted generation: {engine.draft.name}'s head covers "
             f"{int(engine.draft.head_ids.numel())} of {engine.target.vocab} tokens, which transformers cannot map "
             f"(`specdesk distill --standalone` writes a draft it can use)")
+    try:
+        tree = parse_widths(args.tree)
+    except ValueError as e:
+        raise BadSetting(f"--tree: {e}") from None
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
-                              hf_default=cfg["hf_default"], hf_assisted=not reduced)
+                              hf_default=cfg["hf_default"], hf_assisted=not reduced, tree=tree)
     max_new = {c: cfg["max_new"] for c in CATEGORIES}
     max_new["long_context"] = cfg["long_new"]
     say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "

@@ -46,7 +46,8 @@ def read_prompt(args) -> str:
 
 def settings_from(args) -> GenerationSettings:
     return GenerationSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                              top_p=args.top_p, seed=args.seed, k=args.k, stop=tuple(args.stop))
+                              top_p=args.top_p, seed=args.seed, k=args.k, stop=tuple(args.stop),
+                              tree=args.tree)
 
 
 def _quant_label(m) -> str:

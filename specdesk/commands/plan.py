@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from specdesk.commands.common import add_model_args, k_value
+from specdesk.commands.common import TREE_TEXT, add_model_args, k_value
 from specdesk.core.errors import BadSetting
 
 
@@ -32,6 +32,8 @@ def add_parser(sub) -> None:
     m.add_argument("--context", type=int, default=None,
                    help="tokens in total (prompt + new); default min(4096, the model's maximum)")
     m.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
+    m.add_argument("--tree", default=TREE_TEXT, help=f"the draft's sibling-tree widths, as generate's (default "
+                                                    f"{TREE_TEXT}); none = a plain chain")
     m.add_argument("--gpus", type=int, default=None,
                    help="plan for N GPUs as vLLM splits a model (tensor, then pipeline parallel); the budget is "
                         "per GPU (see also `specdesk export vllm`)")
@@ -132,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     p = plan(args.target, args.draft, drafter=args.drafter, target_quant=target_quant, draft_quant=draft_quant,
              dtype=args.dtype, device=device, context=args.context, k=args.k, budget_bytes=budget * gpus,
              budget_source=source + (f", x {gpus} GPUs" if gpus > 1 else ""), candidate_drafts=args.candidate,
-             recommend=not args.no_recommend and gpus == 1)
+             recommend=not args.no_recommend and gpus == 1, tree=args.tree)
     par = None
     if args.gpus is not None:
         from specdesk.core.plan.parallel import split

@@ -25,6 +25,7 @@ from specdesk.core.sampling import make_generator, process_logits
 from specdesk.core.settings import MAX_K, GenerationSettings
 from specdesk.core.stops import StopStrings
 from specdesk.core.target import TargetRunner
+from specdesk.core.tree import layout, leaf_count, verify_greedy_tree
 
 
 def _synchronizer(device: torch.device):
@@ -49,7 +50,10 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             seed = int.from_bytes(os.urandom(7), "little")
         generator = make_generator(device, seed)
     k_cap = MAX_K if settings.k == "auto" else int(settings.k)
-    capacity = len(prompt_ids) + settings.max_new_tokens + k_cap + 2
+    widths = settings.tree if sampling.greedy else ()  # sampled decoding drafts a chain (core/tree.py)
+    # room for a tree's leaves wherever the drafter could draft one (the planner counts the same, sampled or not)
+    leaves = leaf_count(settings.tree, k_cap) if drafter.drafts_trees else 0
+    capacity = len(prompt_ids) + settings.max_new_tokens + k_cap + 2 + leaves
 
     sync()
     t0 = time.perf_counter()
@@ -87,20 +91,28 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         k = max(0, min(k, remaining - 1))  # never draft past the token budget
         sync()
         ta = time.perf_counter()
-        proposal = drafter.propose(ids, k, sampling, generator, keep)
+        proposal = drafter.propose(ids, k, sampling, generator, keep, widths if target.takes_trees else ())
         sync()
         tb = time.perf_counter()
         m = len(proposal)
-        logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
-        if sampling.greedy:
-            n, emitted = verify_greedy(logits.argmax(dim=-1), proposal.tokens)
+        if proposal.leaves:
+            tree = layout(last, proposal.tokens, proposal.leaves)
+            logits = target.verify_tree(tree)  # (rows, V)
+            chain_kept, n, emitted, leaf = verify_greedy_tree(logits.argmax(dim=-1).tolist(),
+                                                              proposal.tokens.tolist(), tree)
+            target.settle_tree(len(tree.depths), chain_kept, leaf)
         else:
-            n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
-                                        generator)
+            logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
+            if sampling.greedy:
+                n, emitted = verify_greedy(logits.argmax(dim=-1), proposal.tokens)
+            else:
+                n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
+                                            generator)
+            target.rollback(m - n)
+            chain_kept = n
         sync()
         tc = time.perf_counter()
-        target.rollback(m - n)
-        drafter.commit(len(ids) + n)
+        drafter.commit(len(ids) + chain_kept)  # a kept leaf is not in the draft's cache: it sees it next step
 
         cut = len(emitted)
         for i, tok in enumerate(emitted):

@@ -29,6 +29,8 @@ class Proposal:
     # the draft's probability of each proposed token (only when the caller asked, see Drafter.propose)
     confidences: tuple[float, ...] = ()
     free: bool = False  # taken from prompt lookup by a model drafter (no model pass; its costs are not the model's)
+    # greedy sibling trees (core/tree.py): leaves[i] (w_i - 1,) the draft's runner-up tokens at depth i + 1
+    leaves: tuple[torch.Tensor, ...] = ()
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -41,14 +43,18 @@ KeepDrafting = Callable[[int, float, int], bool]  # (tokens drafted so far, the 
 class Drafter:
     name = "base"
     reports_confidence = False  # whether propose() honours ``keep`` (a model has probabilities; a lookup has not)
+    drafts_trees = False  # whether propose() honours ``widths`` (a model ranks its tokens; a lookup has one)
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:  # noqa: B027 - optional hook
         """A new generation; ``prefix_ids`` are the prompt tokens except the last."""
 
     def propose(self, ids: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator | None, keep: KeepDrafting | None = None) -> Proposal:
+                generator: torch.Generator | None, keep: KeepDrafting | None = None,
+                widths: tuple[int, ...] = ()) -> Proposal:
         """Up to k guesses. With ``keep`` (drafters that report confidence), drafting stops early after
-        any token t for which keep(j, p, t) is false, p being the draft's probability of its j-th token t."""
+        any token t for which keep(j, p, t) is false, p being the draft's probability of its j-th token t.
+        ``widths`` (greedy only): a drafter with a ranking adds its runner-ups as tree leaves (w_i - 1 at depth i);
+        the others ignore it."""
         raise NotImplementedError
 
     def commit(self, valid_len: int) -> None:  # noqa: B027 - optional hook
@@ -61,7 +67,7 @@ class NoDrafter(Drafter):
     def __init__(self, device: torch.device) -> None:
         self._empty = torch.empty(0, dtype=torch.long, device=device)
 
-    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         return Proposal(self._empty)
 
 
@@ -81,7 +87,7 @@ class NgramDrafter(Drafter):
     def lookup(self, ids: list[int], k: int) -> list[int]:
         return self.index.lookup(ids, k)
 
-    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         return Proposal(torch.tensor(self.lookup(ids, k), dtype=torch.long, device=self.device))
 
 
@@ -95,6 +101,7 @@ class ModelDrafter(Drafter):
 
     name = "model"
     reports_confidence = True
+    drafts_trees = True
 
     def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True,
                  head_ids: torch.Tensor | None = None) -> None:
@@ -133,12 +140,18 @@ class ModelDrafter(Drafter):
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
         return self._forward(tok)
 
-    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
         logits = self._first(ids)
-        tokens, probs, confidences = [], [], []
+        tokens, probs, confidences, leaves = [], [], [], []
+        widths = widths if sampling.greedy else ()
         for i in range(k):
+            if i < len(widths) and widths[i] > 1:
+                top = logits.topk(widths[i]).indices  # (w,) best first
+                if self.head_ids is not None:
+                    top = self.head_ids[top]
+                leaves.append(top[1:])  # top[0] is the chain's token (at a tie it may be a leaf: it never matches then)
             if sampling.greedy:
                 if keep is None:
                     tok = logits.argmax().view(1)
@@ -162,7 +175,7 @@ class ModelDrafter(Drafter):
         out = torch.cat(tokens)
         conf = tuple(confidences)
         if sampling.greedy:
-            return Proposal(out, confidences=conf)
+            return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]))
         p = torch.stack(probs)  # (m, vocab)
         if self.head_ids is not None:
             full = torch.zeros(p.shape[0], self.target_vocab, dtype=p.dtype, device=p.device)
@@ -184,6 +197,7 @@ class LookupFirstDrafter(Drafter):
 
     name = "model+lookup"
     reports_confidence = True
+    drafts_trees = True
     LOOKUP_CAP = 8  # k=auto plans up to k_max for a confident draft; lookup's own k=auto averaged 7.2 (chat bench)
 
     def __init__(self, model: ModelDrafter, lookup: NgramDrafter, min_tokens: int = 2) -> None:
@@ -196,11 +210,11 @@ class LookupFirstDrafter(Drafter):
         self.model.start(prefix_ids, capacity)
         self.lookup.start(prefix_ids, capacity)
 
-    def propose(self, ids, k, sampling, generator, keep=None) -> Proposal:
+    def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         cont = self.lookup.lookup(ids, min(k, self.LOOKUP_CAP))
         if len(cont) >= self.min_tokens:
             return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True)
-        return self.model.propose(ids, k, sampling, generator, keep)
+        return self.model.propose(ids, k, sampling, generator, keep, widths)
 
     def commit(self, valid_len: int) -> None:
         self.model.commit(valid_len)

@@ -163,14 +163,41 @@ class LeanDecoder:
         """x: (n, hidden) input vectors (token embeddings, or an EAGLE head's fused inputs) -> logits as forward."""
         n = x.shape[0]
         p0 = self.length
+        keep = None
+        if n > 1:
+            keep = torch.ones(n, p0 + n, dtype=torch.bool, device=x.device).tril(diagonal=p0)
+        return self._run(x, self.cos[p0:p0 + n], self.sin_signed[p0:p0 + n], keep, every)
+
+    @torch.inference_mode()
+    def forward_tree(self, ids: torch.Tensor, depths: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """A token tree in one pass: ids (n,) fed into slots length..length+n-1, token j at position
+        length + depths[j] (n,), attending to every cached position and to the fed tokens allowed[j] (n, n, bool)
+        marks (its ancestors and itself) -> logits (n, V). :meth:`adopt` then moves a kept branch into place."""
+        p0 = self.length
+        pos = depths + p0
+        keep = torch.cat([torch.ones(ids.shape[0], p0, dtype=torch.bool, device=ids.device), allowed], dim=1)
+        return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], keep, True)
+
+    def adopt(self, src: int, dst: int) -> None:
+        """Copy slot ``src``'s keys and values (and hidden state) to slot ``dst``: a tree node kept off the chain."""
+        for L in self.layers:
+            L["k"][:, :, dst] = L["k"][:, :, src]
+            L["v"][:, :, dst] = L["v"][:, :, src]
+        if self.hidden is not None:
+            self.hidden[dst] = self.hidden[src]
+
+    def _run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keep: torch.Tensor | None,
+             every: bool) -> torch.Tensor:
+        """x (n, hidden) into slots length..length+n-1 with rotary tables cos/sin (n, head_dim); keep (n, end):
+        which keys each row sees (None: one row, every key)."""
+        n = x.shape[0]
+        p0 = self.length
         end = p0 + n
         if end > self.capacity:
             raise RuntimeError("context longer than the preallocated buffer")
-        cos, sin = self.cos[p0:end], self.sin_signed[p0:end]  # (n, head_dim)
         hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
         mask = None
-        if n > 1:  # additive float mask: the same result as a boolean one, ~12% less attention time on a CPU
-            keep = torch.ones(n, end, dtype=torch.bool, device=x.device).tril(diagonal=p0)
+        if keep is not None:  # additive float mask: the same result as a boolean one, ~12% less attention time on a CPU
             mask = torch.zeros(n, end, dtype=x.dtype, device=x.device).masked_fill_(~keep, float("-inf"))
         # GQA over several positions: the g query heads sharing a KV head attend as one head of g*n rows
         # (bit-identical to enable_gqa; ~25% less attention time at 1,300 keys on a CPU, none at n = 1)

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from specdesk.core.errors import BadSetting
 from specdesk.core.sampling import SamplingConfig
+from specdesk.core.tree import parse_widths
 
 MAX_K = 32
 MAX_NEW_TOKENS = 100_000
@@ -13,7 +14,9 @@ MAX_NEW_TOKENS = 100_000
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """k: draft tokens per step (0 disables drafting), or "auto" for the adaptive controller."""
+    """k: draft tokens per step (0 disables drafting), or "auto" for the adaptive controller.
+    tree: candidates per draft depth under greedy decoding ("4,2": the draft's best 4 at depth 1, best 2 at
+    depth 2, its chain after; core/tree.py); () drafts a plain chain."""
 
     max_new_tokens: int = 128
     temperature: float = 0.0
@@ -22,6 +25,7 @@ class GenerationSettings:
     seed: int | None = None
     k: int | str = 4
     stop: tuple[str, ...] = field(default_factory=tuple)
+    tree: tuple[int, ...] | str = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_new_tokens, int) or not (1 <= self.max_new_tokens <= MAX_NEW_TOKENS):
@@ -33,6 +37,12 @@ class GenerationSettings:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise BadSetting("stop strings must be non-empty text")
         object.__setattr__(self, "stop", tuple(self.stop))
+        try:
+            object.__setattr__(self, "tree", parse_widths(self.tree))
+        except (TypeError, ValueError) as e:
+            raise BadSetting(f"tree widths: {e} (e.g. 4,2, or none)") from None
+        if len(self.tree) > MAX_K:
+            raise BadSetting(f"tree: at most {MAX_K} depths, got {len(self.tree)}")
         self.sampling  # validates temperature, top-k, top-p
 
     @property
@@ -42,4 +52,5 @@ class GenerationSettings:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["stop"] = list(self.stop)
+        d["tree"] = list(self.tree)
         return d

@@ -35,6 +35,25 @@ class TargetRunner:
         """tokens: (m,) = last committed token + drafts -> logits (m, vocab) for the next position of each."""
         return self.seq.feed(tokens, every=True)[:, : self.vocab]
 
+    @property
+    def takes_trees(self) -> bool:
+        """Whether this sequence verifies token trees now (the lean decoder only)."""
+        return self.seq.decoder is not None
+
+    def verify_tree(self, tree) -> torch.Tensor:
+        """A tree.TreeLayout -> logits (n, vocab) after each of its rows."""
+        return self.seq.decoder.forward_tree(tree.tokens, tree.depths, tree.allowed)[:, : self.vocab]
+
+    def settle_tree(self, fed: int, kept: int, leaf_row: int | None) -> None:
+        """After a tree of ``fed`` rows: keep row 0 and the first ``kept`` chain rows, then the leaf at
+        ``leaf_row`` (moved to the slot after them) when one was accepted."""
+        dec = self.seq.decoder
+        p0 = dec.length - fed
+        if leaf_row is not None:
+            dec.adopt(p0 + leaf_row, p0 + kept + 1)
+            kept += 1
+        dec.crop(p0 + kept + 1)
+
     def rollback(self, n: int) -> None:
         """Forget the last n cached positions (rejected drafts); called after every verify (n may be 0)."""
         self.seq.crop(self.seq.length - n)

@@ -9,6 +9,13 @@ from __future__ import annotations
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSpinBox, QWidget)
 
 from specdesk.core.settings import MAX_K, GenerationSettings
+from specdesk.core.tree import DEFAULT_TREE, parse_widths
+
+TREE_CHOICES = (DEFAULT_TREE, (6, 3, 2), (8,), ())
+
+
+def _tree_text(widths: tuple[int, ...]) -> str:
+    return ",".join(map(str, widths)) if widths else "chain"
 
 DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup", "ngram": "n-gram lookup",
                   "none": "none (plain)"}
@@ -35,6 +42,13 @@ class ControlsPanel(QWidget):
         self.k_box.setSpecialValueText("auto")
         self.k_box.setValue(AUTO_K)  # adaptive k: in the bench, at least as fast as k=4 in every greedy category
         self.k_box.setToolTip("Draft tokens per step; 'auto' adapts k to the measured acceptance")
+        self.tree_box = QComboBox()
+        for widths in TREE_CHOICES:
+            self.tree_box.addItem(_tree_text(widths), _tree_text(widths))
+        self.tree_box.setCurrentIndex(self.tree_box.findData(_tree_text(DEFAULT_TREE)))
+        self.tree_box.setToolTip("Greedy: the draft's runner-up tokens checked beside its chain in the same target "
+                                 "pass (4,2: its best 4 at depth 1, best 2 at depth 2); 'chain' = its top token only. "
+                                 "Sampling always drafts a chain.")
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 5.0)
         self.temperature.setSingleStep(0.1)
@@ -64,7 +78,7 @@ class ControlsPanel(QWidget):
         fields = (("Drafter", self.drafter_box, "Who proposes tokens"), ("k", self.k_box, "Draft tokens per step"),
                   ("Max new", self.max_new, "Reply length limit (tokens)"), ("Seed", self.seed, "Sampling seed"),
                   ("Temp.", self.temperature, "Temperature: 0 = greedy"), ("Top-k", self.top_k, "0 = off"),
-                  ("Top-p", self.top_p, "1.0 = off"))
+                  ("Top-p", self.top_p, "1.0 = off"), ("Tree", self.tree_box, "Draft candidates per depth (greedy)"))
         for i, (name, widget, tip) in enumerate(fields):
             row, col = divmod(i, 4)
             grid.addWidget(_label(name, tip), row, col * 2)
@@ -92,6 +106,10 @@ class ControlsPanel(QWidget):
 
     def _sync_k(self) -> None:
         self.k_box.setEnabled(self.drafter() != "none")
+        self.tree_box.setEnabled(self.drafter() in ("model", "model+lookup"))
+
+    def tree(self) -> tuple[int, ...]:
+        return parse_widths(self.tree_box.currentData())
 
     def k(self) -> int | str:
         return "auto" if self.k_box.value() == AUTO_K else self.k_box.value()
@@ -101,12 +119,12 @@ class ControlsPanel(QWidget):
         seed = self.seed.value()
         return GenerationSettings(max_new_tokens=self.max_new.value(), temperature=round(self.temperature.value(), 4),
                                   top_k=self.top_k.value(), top_p=round(self.top_p.value(), 4),
-                                  seed=None if seed == RANDOM_SEED else seed, k=self.k())
+                                  seed=None if seed == RANDOM_SEED else seed, k=self.k(), tree=self.tree())
 
     def values(self) -> dict:
         return {"drafter": self.drafter(), "k": self.k(), "temperature": self.temperature.value(),
                 "top_k": self.top_k.value(), "top_p": self.top_p.value(), "max_new_tokens": self.max_new.value(),
-                "seed": None if self.seed.value() == RANDOM_SEED else self.seed.value()}
+                "seed": None if self.seed.value() == RANDOM_SEED else self.seed.value(), "tree": self.tree_box.currentData()}
 
     def set_values(self, v: dict) -> None:
         """Restore saved values; anything missing or malformed keeps its current value."""
@@ -124,6 +142,8 @@ class ControlsPanel(QWidget):
                                ("top_p", self.top_p, float), ("max_new_tokens", self.max_new, int)):
             if (x := num(key, kind)) is not None:
                 box.setValue(x)
+        if isinstance(v.get("tree"), str) and (i := self.tree_box.findData(v["tree"])) >= 0:
+            self.tree_box.setCurrentIndex(i)
         if "seed" in v:
             s = num("seed", int)
             self.seed.setValue(RANDOM_SEED if s is None else s)

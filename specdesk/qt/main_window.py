@@ -634,7 +634,7 @@ class MainWindow(QMainWindow):
 
         device = self.info.device.split(":")[0] if self.info is not None else None
         dlg = PlannerDialog(self, choice if isinstance(choice, LoadRequest) else self.request, picker=picker,
-                            device=device, k=self.controls.k())
+                            device=device, k=self.controls.k(), tree=self.controls.tree())
         if picker is None:  # "Use this" from the main window opens the picker set to the recommendation
             dlg.use_requested.connect(lambda req: (dlg.close(), self.open_picker(req)))
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

@@ -123,8 +123,9 @@ class PlannerDialog(QDialog):
     planned = Signal(object)  # each new Plan (tests wait on it)
 
     def __init__(self, parent=None, choice: LoadRequest | None = None, picker=None, device: str | None = None,
-                 k: int | str = 4, budget_bytes: int | None = None) -> None:
+                 k: int | str = 4, budget_bytes: int | None = None, tree: tuple[int, ...] = ()) -> None:
         super().__init__(parent)
+        self._tree = tree  # the chat's draft-tree setting: its leaves are planned (core/tree.py)
         self.setWindowTitle("VRAM fit planner")
         self.resize(1080, 800)
         self.picker = picker
@@ -378,7 +379,7 @@ class PlannerDialog(QDialog):
                     draft_quant=self.draft_quant.currentData() if drafter == "model" else "none",
                     device=self.device(), context=self.context.value() or None, k="auto" if k < 0 else k,
                     budget_bytes=int(self.budget.value() * GIB), budget_source=self._budget_from,
-                    candidate_drafts=list(self._candidates))
+                    candidate_drafts=list(self._candidates), tree=self._tree)
 
     def replan(self) -> None:
         from specdesk.core.plan import plan

@@ -253,7 +253,8 @@ class EngineWorker(QObject):
                                     draft_quant=eng.draft.quant if eng.draft else "none",
                                     double_quant=eng.target.double_quant, dtype=eng.target.dtype, device=device,
                                     prompt_tokens=prompt_tokens, max_new_tokens=req.settings.max_new_tokens,
-                                    k=req.settings.k, budget_bytes=budget, budget_source=source)
+                                    k=req.settings.k, tree=req.settings.tree, budget_bytes=budget,
+                                    budget_source=source)
         except Exception as e:  # a model the planner cannot describe: generate without the check
             log.info("memory check skipped: %s", e)
             return None

@@ -144,6 +144,12 @@ class Summary:
     sampled: str | None
     sampled_speedup: float | None
     hybrid_speedup: float | None = None  # "draft+lookup k=auto": the draft, and prompt lookup where text repeats
+    # greedy sibling trees (core/tree.py): the best tree row, its tokens per target pass, and tree k=auto
+    tree_best: str | None = None
+    tree_best_speedup: float | None = None
+    tree_best_tokens_per_pass: float | None = None
+    tree_auto_speedup: float | None = None
+    tree_hybrid_speedup: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,6 +172,10 @@ def summaries(rows: list[Row]) -> list[Summary]:
         sampled = _best([r for r in rows if r.category == cat and r.temperature == sampled_t],
                         lambda r: r.method.startswith("draft k="))
         hybrid = next((r for r in greedy if r.method == "draft+lookup k=auto"), None)
+        trees = [r for r in greedy if r.method.startswith("tree ")]
+        tree_best = _best(trees, lambda r: r.k != "auto" and "+lookup" not in r.method)
+        tree_auto = next((r for r in trees if r.k == "auto" and "+lookup" not in r.method), None)
+        tree_hybrid = next((r for r in trees if "+lookup" in r.method), None)
         auto_speed = auto.speedup if auto is not None else None
         out.append(Summary(
             category=cat, plain_tokens_per_s=plain.tokens_per_s if plain else None,
@@ -180,7 +190,12 @@ def summaries(rows: list[Row]) -> list[Summary]:
             lookup=lookup.method if lookup else None, lookup_speedup=lookup.speedup if lookup else None,
             sampled_temperature=sampled_t if sampled else None, sampled=sampled.method if sampled else None,
             sampled_speedup=sampled.speedup if sampled else None,
-            hybrid_speedup=hybrid.speedup if hybrid is not None else None))
+            hybrid_speedup=hybrid.speedup if hybrid is not None else None,
+            tree_best=tree_best.method if tree_best else None,
+            tree_best_speedup=tree_best.speedup if tree_best else None,
+            tree_best_tokens_per_pass=tree_best.mean_accepted_length if tree_best else None,
+            tree_auto_speedup=tree_auto.speedup if tree_auto is not None else None,
+            tree_hybrid_speedup=tree_hybrid.speedup if tree_hybrid is not None else None))
     return out
 
 

@@ -26,11 +26,13 @@ def summary_table(rows: list[Row]) -> list[str]:
            "with every earlier one accepted, the share that accepted it). k=auto / best: the ratio of their "
            "speed-ups." + (f" Sampled: the draft's best row at temperature {t:g}." if t is not None else "")
            + " Draft+lookup: drafter model+lookup at k=auto (prompt lookup's continuation where the text repeats, "
-           "the draft elsewhere).", "",
+           "the draft elsewhere). Tree: the draft's sibling-tree rows (greedy; the draft's runner-up tokens "
+           "checked beside its chain in the same pass): the best fixed-k tree row and its tokens per pass, tree "
+           "k=auto, tree with lookup.", "",
            "| category | plain tok/s | best fixed k | its tok/s | its speed-up | k=auto speed-up | k=auto / best "
            "| prompt lookup, best | draft+lookup | sampled, best | acceptance | tokens/pass | k=auto tokens/pass "
-           "| acceptance by draft position |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "| acceptance by draft position | tree, best | tree tokens/pass | tree k=auto | tree+lookup |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for s in sums:
         lookup = f"{s.lookup_speedup:.2f}x ({s.lookup})" if s.lookup else "-"
         sampled = f"{s.sampled_speedup:.2f}x ({s.sampled})" if s.sampled else "-"
@@ -39,7 +41,10 @@ def summary_table(rows: list[Row]) -> list[str]:
                    f"| {_f(s.auto_speedup, '{:.2f}x')} | {_f(s.auto_vs_best_k)} | {lookup} "
                    f"| {_f(s.hybrid_speedup, '{:.2f}x')} | {sampled} "
                    f"| {_f(s.best_k_acceptance)} | {_f(s.best_k_tokens_per_pass)} | {_f(s.auto_tokens_per_pass)} "
-                   f"| {_positions(s.best_k_position_acceptance)} |")
+                   f"| {_positions(s.best_k_position_acceptance)} "
+                   f"| {f'{s.tree_best_speedup:.2f}x ({s.tree_best})' if s.tree_best else '-'} "
+                   f"| {_f(s.tree_best_tokens_per_pass)} | {_f(s.tree_auto_speedup, '{:.2f}x')} "
+                   f"| {_f(s.tree_hybrid_speedup, '{:.2f}x')} |")
     return out
 
 

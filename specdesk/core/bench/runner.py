@@ -26,6 +26,7 @@ class Method:
     kind: str  # "specdesk", "hf-assisted" or "hf-lookup"
     drafter: str = "none"
     k: int | str = 0
+    tree: tuple[int, ...] = ()  # greedy sibling tree widths (core/tree.py); () = a chain
 
 
 @dataclass
@@ -80,14 +81,26 @@ class Run:
         return d
 
 
+def tree_label(widths: tuple[int, ...]) -> str:
+    return "tree " + ",".join(str(w) for w in widths)
+
+
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
-                    with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True) -> list[Method]:
-    """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use)."""
+                    with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True,
+                    tree: tuple[int, ...] = (4, 2)) -> list[Method]:
+    """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use). ``tree``: the
+    draft's sibling-tree rows (fixed k from 2 to 4 among ``ks``, k=auto, with lookup) use these widths; () = none.
+    Tree rows apply to greedy decoding only (sampled decoding drafts a chain), so they run greedy."""
     methods = [Method(PLAIN, "specdesk", "none", 0)]
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
         methods.append(Method("draft k=auto", "specdesk", "model", "auto"))
         methods.append(Method("draft+lookup k=auto", "specdesk", "model+lookup", "auto"))
+        if tree:
+            name = tree_label(tree)
+            methods += [Method(f"{name} k={k}", "specdesk", "model", k, tree) for k in ks if 2 <= k <= 4]
+            methods.append(Method(f"{name} k=auto", "specdesk", "model", "auto", tree))
+            methods.append(Method(f"{name}+lookup k=auto", "specdesk", "model+lookup", "auto", tree))
     methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
     methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
     if with_hf:
@@ -129,7 +142,7 @@ def run_specdesk(engine, method: Method, ids: list[int], temperature: float, max
     _sync(engine)
     t0 = time.perf_counter()
     r = engine.generate(ids, drafter=method.drafter, k=method.k, max_new_tokens=max_new, temperature=temperature,
-                        seed=seed, cancel=cancel)
+                        seed=seed, cancel=cancel, tree=method.tree)
     _sync(engine)
     wall = time.perf_counter() - t0
     succ = trials = 0.0
@@ -246,7 +259,8 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
     for m in methods:
         run_method(engine, m, warm, 0.0, 8, 0)
     runs: list[Run] = []
-    total = repeats * len(prompts) * len(temperatures) * len(methods)
+    # tree rows run greedy only: sampled, they would be their chain rows again
+    total = repeats * len(prompts) * sum(1 for t in temperatures for m in methods if not (m.tree and t > 0))
     done = 0
     for rep in range(repeats):
         for pi, p in enumerate(prompts):
@@ -256,6 +270,8 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
                 for m in methods[shift:] + methods[:shift]:
                     if cancel is not None and cancel.is_set():
                         return runs
+                    if m.tree and temp > 0:
+                        continue
                     r = run_method(engine, m, ids, temp, max_new[p.category], seed=1000 * rep + pi)
                     r.category, r.prompt, r.repeat = p.category, p.name, rep
                     runs.append(r)

@@ -81,7 +81,7 @@ def check_generation(target: str, draft: str | None = None, *, drafter: str, tar
                      draft_quant: str = "none", double_quant: bool = False, dtype: str = "auto", device: str = "cpu",
                      prompt_tokens: int, max_new_tokens: int, k: int | str, budget_bytes: int,
                      budget_source: str = "given", candidate_drafts: list[str] | None = None,
-                     max_advice: int = 2) -> GenerationFit:
+                     max_advice: int = 2, tree: tuple[int, ...] | str = ()) -> GenerationFit:
     """Does a generation of ``prompt_tokens`` + ``max_new_tokens`` fit ``budget_bytes`` with these models?
 
     Advice (a shorter reply, then up to ``max_advice`` configurations that fit) is worked out only when it
@@ -90,7 +90,7 @@ def check_generation(target: str, draft: str | None = None, *, drafter: str, tar
     context = prompt_tokens + max_new_tokens
     common = dict(drafter=drafter, target_quant=target_quant, draft_quant=draft_quant, double_quant=double_quant,
                   dtype=dtype, device=device, k=k, budget_bytes=budget_bytes, budget_source=budget_source,
-                  use_history=False)
+                  use_history=False, tree=tree)
     p = plan(target, draft, context=context, recommend=False, **common)
     fit_new = max(0, p.max_context - prompt_tokens)
     if p.fits:

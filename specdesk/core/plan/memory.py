@@ -31,7 +31,7 @@ from specdesk.core.plan.quant import BF16, FP32, QuantSpec, dtype_bytes, linear_
 
 MiB = 2**20
 PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
-CAPACITY_EXTRA = 2  # decode.decode: capacity = prompt + max new tokens + k + 2
+CAPACITY_EXTRA = 2  # decode.decode: capacity = prompt + max new tokens + k + tree leaves + 2
 SAMPLING_COPIES = 3  # process_logits: .float()/temperature, masked top-k/top-p, softmax: live at once
 LEAN_FUSE_LIMIT_BYTES = 512 * MiB  # = fastdraft.FUSE_LIMIT_BYTES (a test checks)
 
@@ -100,9 +100,10 @@ def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
     return per_position * a.kv.positions_kept(max(0, positions)) + hidden
 
 
-def capacity(context: int, k: int) -> int:
-    """Positions the engine preallocates for a generation of ``context`` tokens in total."""
-    return context + k + CAPACITY_EXTRA
+def capacity(context: int, k: int, leaves: int = 0) -> int:
+    """Positions the engine preallocates for a generation of ``context`` tokens in total (``leaves``: a draft
+    tree's extra positions per verify pass, core/tree.py)."""
+    return context + k + leaves + CAPACITY_EXTRA
 
 
 def lean_table_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
@@ -110,12 +111,13 @@ def lean_table_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
     return 2 * positions * a.kv.head_dim * dtype_bytes(dtype)
 
 
-def logits_bytes(a: ModelAnalysis, k: int, dtype: str, *, as_draft: bool = False) -> int:
-    """Per decode step: the target's (k+1, vocab) logits + float32 sampling copies; a draft's k float32 rows."""
+def logits_bytes(a: ModelAnalysis, k: int, dtype: str, *, as_draft: bool = False, leaves: int = 0) -> int:
+    """Per decode step: the target's (k+1+leaves, vocab) logits + float32 sampling copies; a draft's k float32
+    rows."""
     v = a.vocab_size
     if as_draft:
         return k * v * FP32 + v * dtype_bytes(dtype) + SAMPLING_COPIES * v * FP32
-    rows = k + 1
+    rows = k + 1 + leaves
     return rows * v * dtype_bytes(dtype) + SAMPLING_COPIES * rows * v * FP32
 
 

@@ -32,6 +32,7 @@ from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
 from specdesk.core.plan.params import ModelAnalysis, analyze
 from specdesk.core.plan.quant import QuantSpec, resolve_plan_dtype
+from specdesk.core.tree import leaf_count, parse_widths
 
 log = logging.getLogger(__name__)
 
@@ -201,6 +202,7 @@ class _Config:
     k: int
     drafting: bool
     overheads: Overheads
+    leaves: int = 0  # a draft tree's leaves per verify pass (core/tree.py): extra KV slots and logits rows
 
     def __post_init__(self) -> None:
         self.cuda = self.device.startswith("cuda")
@@ -213,13 +215,13 @@ class _Config:
         self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, lean=True, cpu_packed=self.d_packed)
                           if self.draft else WeightBytes(0, 0))
         self.verify_k = self.k if self.drafting else 0
-        self.t_logits = logits_bytes(self.target, self.verify_k, self.dtype)
+        self.t_logits = logits_bytes(self.target, self.verify_k, self.dtype, leaves=self.leaves)
         self.d_logits = logits_bytes(self.draft, self.k, self.dtype, as_draft=True) if self.draft else 0
         self.t_lean = self.target.uses_lean_path  # fastdraft.LeanDecoder runs it (target.TargetRunner)
         self.d_lean = self.draft is not None and self.draft.uses_lean_path
 
     def parts(self, context: int) -> dict:
-        cap = capacity(context, self.k)
+        cap = capacity(context, self.k, self.leaves)
         t_kv = kv_cache_bytes(self.target, cap, self.dtype)
         if self.t_lean and self.target.runs_lean(cap):
             t_kv += lean_table_bytes(self.target, cap, self.dtype)
@@ -342,7 +344,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
          dtype: str = "auto", device: str = "cuda", context: int | None = None, k: int | str = 4,
          budget_bytes: int | None = None, budget_source: str = "given",
          candidate_drafts: Sequence[str] | None = None, recommend: bool = True, max_recommendations: int = 10,
-         overheads: Overheads = DEFAULT_OVERHEADS, use_history: bool = True) -> Plan:
+         overheads: Overheads = DEFAULT_OVERHEADS, use_history: bool = True,
+         tree: tuple[int, ...] | str = ()) -> Plan:
     """Plan target (+ draft) on ``device`` ("cuda", "cuda:N" or "cpu") within ``budget_bytes``.
 
     target, draft: what ``specdesk.load`` takes (demo name, folder, Hugging Face id in the local cache);
@@ -350,7 +353,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     target_quant, draft_quant: "none", "int8", "nf4", "fp4" (or "nf4+dq"), or a QuantSpec;
         ``double_quant`` applies to 4-bit names given as text. dtype: "auto" (bf16 on CUDA, fp32 on CPU),
         "float32", "float16" or "bfloat16". context: total tokens (prompt + new), default
-        min(4096, the target's maximum). k: draft tokens per step (or "auto": room for 32).
+        min(4096, the target's maximum). k: draft tokens per step (or "auto": room for 32). tree: the draft's
+        sibling-tree widths (core/tree.py; "4,2" as the app and CLI default), counted for a draft model.
     candidate_drafts: draft refs to consider for recommendations; None asks model discovery.
     Raises SpecdeskError subclasses (one-line messages) for bad input.
     """
@@ -393,8 +397,15 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
         notes.append(f"the draft {d_a.name} was trained for {d_a.max_positions} positions, fewer than {context}")
     if k == "auto":
         notes.append(f"k auto: room planned for up to {MAX_K} draft tokens per step")
+    try:
+        widths = parse_widths(tree)
+    except (TypeError, ValueError) as e:
+        raise BadSetting(f"tree widths: {e}") from None
+    leaves = leaf_count(widths, k_int) if drafter == "model" else 0
+    if leaves:
+        notes.append(f"draft tree {','.join(map(str, widths))}: {leaves} more positions verified per step")
 
-    cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads)
+    cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves)
     parts = cfg.parts(context)
     t_plan = _model_plan("target", t_a, t_spec, pdtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
                          cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean, cfg.t_packed)
@@ -428,7 +439,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
         if candidate_drafts is None:
             candidate_drafts = find_candidate_drafts(str(target))
         recs = recommendations(t_a, [draft] if draft else [], list(candidate_drafts), d_spec, pdtype, device,
-                               context, k_int, budget, overheads, max_recommendations)
+                               context, k_int, budget, overheads, max_recommendations, widths)
     return Plan(target=t_plan, draft=d_plan, drafter=drafter, device=device, dtype=pdtype, context=context, k=k,
                 budget_bytes=budget, budget_source=budget_source,
                 overhead_rows=tuple(Row(label, b) for label, b in parts["fixed"]),
@@ -500,8 +511,10 @@ def _reason(c: _Candidate, prev: _Candidate | None, requested: int) -> str:
 
 def recommendations(target: ModelAnalysis, drafts: Sequence[str], candidates: Sequence[str], draft_quant: QuantSpec,
                     dtype: str, device: str, context: int, k: int, budget: int,
-                    overheads: Overheads = DEFAULT_OVERHEADS, limit: int = 10) -> tuple[Recommendation, ...]:
-    """Configurations that fit, best first (see the module docstring for the order)."""
+                    overheads: Overheads = DEFAULT_OVERHEADS, limit: int = 10,
+                    tree: tuple[int, ...] = ()) -> tuple[Recommendation, ...]:
+    """Configurations that fit, best first (see the module docstring for the order). ``tree``: the draft's
+    sibling-tree widths, counted for draft models."""
     t_choices = (QuantSpec("none"),) if target.prequantized else TARGET_CHOICES
     draft_models: list[tuple[str, ModelAnalysis]] = []
     seen: set[str] = {target.path}
@@ -527,7 +540,8 @@ def recommendations(target: ModelAnalysis, drafts: Sequence[str], candidates: Se
     found: list[_Candidate] = []
     for t_spec in t_choices:
         for drafter, name, a, d_spec in options:
-            cfg = _Config(target, t_spec, a, d_spec, dtype, device, k, drafter != "none", overheads)
+            cfg = _Config(target, t_spec, a, d_spec, dtype, device, k, drafter != "none", overheads,
+                          leaf_count(tree, k) if drafter == "model" else 0)
             total = cfg.total(context)
             ctx, full = context, True
             if total > budget:
