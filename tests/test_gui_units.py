@@ -89,17 +89,17 @@ def test_controls_make_validated_settings(qtbot):
     c = ControlsPanel()
     qtbot.addWidget(c)
     assert c.k() == "auto"  # the default: adaptive k
-    assert c.settings().tree == (4, 2)  # and the sibling tree the CLI defaults to
+    assert c.settings().tree == ()  # and a plain chain, as the CLI
     c.set_values({"k": "auto", "temperature": 0.7, "top_k": 40, "top_p": 0.9, "max_new_tokens": 33, "seed": 5})
     s = c.settings()
     assert (s.k, s.temperature, s.top_k, s.top_p, s.max_new_tokens, s.seed) == ("auto", 0.7, 40, 0.9, 33, 5)
     assert c.values()["k"] == "auto"
     c.set_values({"k": 3, "seed": None, "top_k": "junk"})  # malformed values keep the current one
     assert c.settings().k == 3 and c.settings().seed is None and c.settings().top_k == 40
-    c.set_values({"tree": "chain"})
-    assert c.settings().tree == () and c.values()["tree"] == "chain"
+    c.set_values({"tree": "4,2"})
+    assert c.settings().tree == (4, 2) and c.values()["tree"] == "4,2"
     c.set_values({"tree": "7,7"})  # not a choice: kept
-    assert c.settings().tree == ()
+    assert c.settings().tree == (4, 2)
     c.set_available_drafters(("ngram", "none"), "model")
     assert c.drafter() == "ngram" and not c.tree_box.isEnabled()
     c.set_available_drafters(("ngram", "none"), "none")

@@ -97,8 +97,9 @@ def test_greedy_output_with_trees_is_the_targets_and_leaves_are_kept(demo, draft
                 got = demo.generate(p, max_new_tokens=48, k=k, tree=tree, drafter=drafter)
                 assert got.token_ids == plain[p], (drafter, k, tree, p)
                 forwards[tree] += got.stats.target_forwards
-        # a kept leaf adds a token to its pass, so fewer passes for the same text
-        assert forwards[(4, 2)] < forwards[()] and forwards[(8,)] < forwards[()], (drafter, k, forwards)
+        if k != "auto":  # (k=auto's choices follow measured costs: not the same from run to run)
+            # a kept leaf adds a token to its pass, so fewer passes for the same text
+            assert forwards[(4, 2)] < forwards[()] and forwards[(8,)] < forwards[()], (drafter, k, forwards)
 
 
 def test_trees_keep_parity_on_a_tiny_gqa_pair(tiny_engine):

@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--ks", help="comma-separated fixed k values for the draft model (e.g. 1,2,4)")
     p.add_argument("--lookup-k", type=int, default=4, help="k for prompt lookup (default 4)")
     p.add_argument("--tree", default="4,2", help="widths of the draft's sibling-tree rows, greedy (default 4,2: "
-                                                 "its best 4 tokens at depth 1, best 2 at depth 2); none = no tree rows")
+                                                 "its best 4 tokens at depth 1, best 2 at depth 2); none = no tree "
+                                                 "rows")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
     p.add_argument("--greedy-only", action="store_true", help="skip the temperature 0.7 runs")
     p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context,chat "

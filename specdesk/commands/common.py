@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from specdesk.core.loading import DTYPES, QUANTS
-from specdesk.core.tree import DEFAULT_TREE
+from specdesk.core.tree import SUGGESTED
 
-TREE_TEXT = ",".join(map(str, DEFAULT_TREE))
+SUGGESTED_TREE = ",".join(map(str, SUGGESTED))
 
 
 def k_value(text: str) -> int | str:
@@ -51,9 +51,10 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--k", type=k_value, default="auto",
                    help="draft tokens per step, or 'auto' (the default: the adaptive controller picks k each step)")
     g.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    g.add_argument("--tree", default=TREE_TEXT,
-                   help=f"greedy: candidates the draft offers per depth, checked in the same target pass (default "
-                        f"{TREE_TEXT}: its best 4 tokens at depth 1, best 2 at depth 2); 'none' = a plain chain")
+    g.add_argument("--tree", default="none",
+                   help=f"greedy: candidates the draft offers per depth, checked in the same target pass (e.g. "
+                        f"{SUGGESTED_TREE}: its best 4 tokens at depth 1, best 2 at depth 2; pays where a pass over "
+                        f"more positions costs little more, as on a GPU); default none = a plain chain")
 
 
 def load_engine(args, progress=None):

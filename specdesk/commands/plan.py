@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from specdesk.commands.common import TREE_TEXT, add_model_args, k_value
+from specdesk.commands.common import SUGGESTED_TREE, add_model_args, k_value
 from specdesk.core.errors import BadSetting
 
 
@@ -32,8 +32,8 @@ def add_parser(sub) -> None:
     m.add_argument("--context", type=int, default=None,
                    help="tokens in total (prompt + new); default min(4096, the model's maximum)")
     m.add_argument("--k", type=k_value, default=4, help="draft tokens per step, or 'auto' (default 4)")
-    m.add_argument("--tree", default=TREE_TEXT, help=f"the draft's sibling-tree widths, as generate's (default "
-                                                    f"{TREE_TEXT}); none = a plain chain")
+    m.add_argument("--tree", default="none", help=f"the draft's sibling-tree widths, as generate's (e.g. "
+                                                   f"{SUGGESTED_TREE}; default none = a plain chain)")
     m.add_argument("--gpus", type=int, default=None,
                    help="plan for N GPUs as vLLM splits a model (tensor, then pipeline parallel); the budget is "
                         "per GPU (see also `specdesk export vllm`)")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specdesk.core import fewrows
+
 SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
 
@@ -74,11 +76,12 @@ def sliding_window(model) -> int | None:
     return int(window) if window else None
 
 
-def _call(lin):
-    """A function x -> lin(x): F.linear on the weights of a plain layer (no module hooks), else the module."""
+def _call(lin, dec: "LeanDecoder"):
+    """A function x -> lin(x): the weights of a plain layer (no module hooks; few-row products up to
+    ``dec.few_rows``, core/fewrows.py), else the module."""
     if _plain(lin):
         w, b = lin.weight, lin.bias
-        return lambda x: F.linear(x, w, b)
+        return lambda x: fewrows.linear(x, w, b, dec.few_rows)
     return lin
 
 
@@ -87,9 +90,13 @@ class LeanDecoder:
 
     fuse: concatenate q/k/v and gate/up weights into new tensors (one matrix product each instead of
     three and two). None = only when every linear is plain and the layers weigh under FUSE_LIMIT_BYTES.
+    few_rows: products over at most this many rows run as ``w @ x.T`` (core/fewrows.py); None = as measured
+    for this model.
     """
 
-    def __init__(self, model, capacity: int, fuse: bool | None = None, keep_hidden: bool = False) -> None:
+    def __init__(self, model, capacity: int, fuse: bool | None = None, keep_hidden: bool = False,
+                 few_rows: int | None = None) -> None:
+        self.few_rows = few_rows or 0
         cfg = model.config
         inner = model.model
         self.n_heads = cfg.num_attention_heads
@@ -116,7 +123,7 @@ class LeanDecoder:
             gu = [mlp.gate_proj, mlp.up_proj]
             entry = {
                 "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "o": _call(att.o_proj), "down": _call(mlp.down_proj),
+                "o": _call(att.o_proj, self), "down": _call(mlp.down_proj, self),
                 "k": torch.zeros(1, self.n_kv, capacity, self.head_dim, device=device, dtype=dtype),
                 "v": torch.zeros(1, self.n_kv, capacity, self.head_dim, device=device, dtype=dtype),
             }
@@ -125,11 +132,11 @@ class LeanDecoder:
                 biases = [m.bias for m in qkv]
                 b_qkv = torch.cat(biases).detach() if biases[0] is not None else None
                 w_gu = torch.cat([m.weight for m in gu]).detach()
-                entry["qkv"] = [lambda x, w=w_qkv, b=b_qkv: F.linear(x, w, b)]
-                entry["gu"] = [lambda x, w=w_gu: F.linear(x, w)]
+                entry["qkv"] = [lambda x, w=w_qkv, b=b_qkv: fewrows.linear(x, w, b, self.few_rows)]
+                entry["gu"] = [lambda x, w=w_gu: fewrows.linear(x, w, None, self.few_rows)]
             else:
-                entry["qkv"] = [_call(m) for m in qkv]
-                entry["gu"] = [_call(m) for m in gu]
+                entry["qkv"] = [_call(m, self) for m in qkv]
+                entry["gu"] = [_call(m, self) for m in gu]
             self.layers.append(entry)
         # Rotary tables for every position of this generation, from the model's own rotary module.
         pos = torch.arange(capacity, device=device)[None]
@@ -138,6 +145,8 @@ class LeanDecoder:
         half = self.head_dim // 2
         # rotate_half(t) * sin == roll(t, half) * (sin with its first half negated), bit for bit
         self.sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+        if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
+            self.few_rows = fewrows.rows_for(model, self)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -227,8 +236,13 @@ class LeanDecoder:
         if self.hidden is not None:
             normed = self._norm(x, self.final_norm)  # (n, hidden)
             self.hidden[p0:end] = normed
-            return F.linear(normed if every else normed[-1], self.lm_head)
-        return F.linear(self._norm(x if every else x[-1], self.final_norm), self.lm_head)
+            return self._head(normed if every else normed[-1:], every)
+        return self._head(self._norm(x if every else x[-1:], self.final_norm), every)
+
+    def _head(self, h: torch.Tensor, every: bool) -> torch.Tensor:
+        """h (n, hidden) -> logits (n, V); the last position's alone, (V,), when not ``every``."""
+        out = fewrows.linear(h, self.lm_head, None, self.few_rows)
+        return out if every else out[0]
 
     def crop(self, length: int) -> None:
         self.length = min(self.length, length)

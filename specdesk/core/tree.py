@@ -9,10 +9,14 @@ context, its logits give one more token (the bonus after t), and its keys and va
 the leaf, t is still emitted (as the correction), so a leaf only ever adds that one bonus token: the output is
 the target's greedy decoding either way.
 
-Why it pays on a CPU: a pass over 5 positions and one over 9-10 cost about the same there (the weights are
-read once either way; measured on SmolLM2-135M, 2 cores: 49 ms and 51-58 ms), and the runner-ups come free
-from the draft's logits. Greedy only: sampled verification of several candidates per position needs a
-different rule (SpecInfer's), so sampled decoding drafts a plain chain.
+When it pays: where a pass over 9-10 positions costs about what one over 5 does (expected on a GPU, where a
+pass reads the weights once for many positions, not measured here: no GPU; a CPU whose few-row products are
+slow anyway: SmolLM2-135M on 2 cores with F.linear, 49 ms against 51-58 ms, where a tree of 4,2
+took k=auto from 1.11x to 1.22x of plain decoding). Where passes over more positions cost more (the same CPU
+with core/fewrows.py's faster one- to five-row products) it does not, so a chain stays the default and a tree
+is asked for (``tree="4,2"``, ``--tree 4,2``, the app's Tree choice). The runner-ups come free from the draft's
+logits. Greedy only: sampled verification of several candidates per position needs a different rule
+(SpecInfer's), so sampled decoding drafts a plain chain.
 
 Layout of one pass (n = 1 + m + leaves): row 0 the last committed token, rows 1..m the chain, then each
 depth's leaves in depth order. ``depths`` is a row's position offset from row 0.
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 MAX_WIDTH = 8
-DEFAULT_TREE = (4, 2)  # the app's and the CLI's default: measured on SmolLM2-135M (README, "Sibling trees")
+SUGGESTED = (4, 2)  # the shape measured on SmolLM2-135M (README, "Sibling trees"): bench's tree rows, the app's choice
 
 
 def parse_widths(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:

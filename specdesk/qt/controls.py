@@ -9,9 +9,9 @@ from __future__ import annotations
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSpinBox, QWidget)
 
 from specdesk.core.settings import MAX_K, GenerationSettings
-from specdesk.core.tree import DEFAULT_TREE, parse_widths
+from specdesk.core.tree import SUGGESTED, parse_widths
 
-TREE_CHOICES = (DEFAULT_TREE, (6, 3, 2), (8,), ())
+TREE_CHOICES = ((), SUGGESTED, (6, 3, 2), (8,))
 
 
 def _tree_text(widths: tuple[int, ...]) -> str:
@@ -45,10 +45,10 @@ class ControlsPanel(QWidget):
         self.tree_box = QComboBox()
         for widths in TREE_CHOICES:
             self.tree_box.addItem(_tree_text(widths), _tree_text(widths))
-        self.tree_box.setCurrentIndex(self.tree_box.findData(_tree_text(DEFAULT_TREE)))
         self.tree_box.setToolTip("Greedy: the draft's runner-up tokens checked beside its chain in the same target "
                                  "pass (4,2: its best 4 at depth 1, best 2 at depth 2); 'chain' = its top token only. "
-                                 "Sampling always drafts a chain.")
+                                 "Pays where a pass over more positions costs little more (a GPU); on a CPU, "
+                                 "measure with specdesk bench. Sampling always drafts a chain.")
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 5.0)
         self.temperature.setSingleStep(0.1)
