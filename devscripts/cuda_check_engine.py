@@ -65,8 +65,16 @@ def main() -> int:
                 ok &= same
                 report["parity"].append({"prompt": prompt[:24], "drafter": drafter, "k": k, "identical": same,
                                          "acceptance": got.stats.acceptance_rate})
+        for k, tree in ((2, (4, 2)), (4, (4, 2)), ("auto", (4, 2)), (4, (6, 3, 2))):  # sibling trees (core/tree.py)
+            got = engine.generate(prompt, k=k, tree=tree, max_new_tokens=args.max_new_tokens)
+            same = got.token_ids == ref[: len(got.token_ids)]
+            ok &= same
+            report["parity"].append({"prompt": prompt[:24], "drafter": "model", "k": k, "tree": list(tree),
+                                     "identical": same, "tokens_per_pass": got.stats.new_tokens
+                                     / max(got.stats.target_forwards, 1)})
     for label, kw in (("plain", dict(drafter="none")), ("draft k=2", dict(k=2)), ("draft k=4", dict(k=4)),
-                      ("draft k=auto", dict(k="auto")), ("lookup k=4", dict(drafter="ngram", k=4))):
+                      ("draft k=auto", dict(k="auto")), ("lookup k=4", dict(drafter="ngram", k=4)),
+                      ("tree 4,2 k=4", dict(k=4, tree=(4, 2))), ("tree 4,2 k=auto", dict(k="auto", tree=(4, 2)))):
         speeds = []
         for _ in range(args.repeats):
             for prompt in PROMPTS:
