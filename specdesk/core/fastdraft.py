@@ -76,7 +76,7 @@ def sliding_window(model) -> int | None:
     return int(window) if window else None
 
 
-def _call(lin, dec: "LeanDecoder"):
+def _call(lin, dec: LeanDecoder):
     """A function x -> lin(x): the weights of a plain layer (no module hooks; few-row products up to
     ``dec.few_rows``, core/fewrows.py), else the module."""
     if _plain(lin):
