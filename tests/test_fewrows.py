@@ -60,6 +60,7 @@ def test_greedy_output_with_every_small_product_in_the_product_form(tiny_target,
 def test_the_choice_is_measured_once_per_model_and_can_be_set(tiny_model, monkeypatch):
     monkeypatch.delenv("SPECDESK_FEW_ROWS", raising=False)
     tiny_model.__dict__.pop(fewrows.ATTR, None)
+    assert LeanDecoder(tiny_model, 4).few_rows == 0 and fewrows.ATTR not in tiny_model.__dict__  # too short to time
     rows = LeanDecoder(tiny_model, 64).few_rows
     assert rows in (0,) + fewrows.TRIED and tiny_model.__dict__[fewrows.ATTR] == rows
     tiny_model.__dict__[fewrows.ATTR] = 3  # kept: a new decoder of the same model does not measure again
