@@ -65,4 +65,13 @@ def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch)
     monkeypatch.setattr(AdaptiveK, "observe_verify", spy_verify)
     spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup")
     assert ("model+lookup", "greedy") in spec._adaptive  # its own controller, apart from the draft model's
+    assert [kind == "lookup" for kind, _ in calls] == sources
+
+    class AlwaysFour(AdaptiveK):  # k=auto's own plan follows measured costs (it may not draft at all on a fast
+        def plan(self, context_len=0, confidence=False, hint=()):  # machine); this one always lets lookup in
+            return 4, None
+
+    calls.clear()
+    sources.clear()
+    spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup", controller=AlwaysFour())
     assert [kind == "lookup" for kind, _ in calls] == sources and any(sources) and not all(sources)
