@@ -88,13 +88,13 @@ def demo():
 
 @pytest.mark.parametrize("drafter", ["model", "model+lookup"])
 def test_greedy_output_with_trees_is_the_targets_and_leaves_are_kept(demo, drafter):
-    plain = {p: demo.generate(p, max_new_tokens=48, k=0).token_ids for p in PROMPTS}
+    plain = {p: demo.generate(p, max_new_tokens=32, k=0).token_ids for p in PROMPTS}
     for k in (1, 4, "auto"):
         forwards = {}
-        for tree in ((), (4, 2), (3, 3, 2, 2), (8,)):
+        for tree in ((), (4, 2), (8,)):  # (deeper trees: the tiny GQA pair below)
             forwards[tree] = 0
             for p in PROMPTS:
-                got = demo.generate(p, max_new_tokens=48, k=k, tree=tree, drafter=drafter)
+                got = demo.generate(p, max_new_tokens=32, k=k, tree=tree, drafter=drafter)
                 assert got.token_ids == plain[p], (drafter, k, tree, p)
                 forwards[tree] += got.stats.target_forwards
         if k != "auto":  # (k=auto's choices follow measured costs: not the same from run to run)
