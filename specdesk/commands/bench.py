@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from specdesk.core.bench.runner import default_methods, run_suite
     from specdesk.core.bench.suite import CATEGORIES, build_suite
     from specdesk.core.sessionlog import library_versions
-    from specdesk.core.tree import parse_widths
+    from specdesk.core.tree import checked_widths
 
     cfg = dict(QUICK if args.quick else FULL)
     if args.repeats is not None:
@@ -101,10 +101,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"skipping transformers' assisted generation: {engine.draft.name}'s head covers "
             f"{int(engine.draft.head_ids.numel())} of {engine.target.vocab} tokens, which transformers cannot map "
             f"(`specdesk distill --standalone` writes a draft it can use)")
-    try:
-        tree = parse_widths(args.tree)
-    except ValueError as e:
-        raise BadSetting(f"--tree: {e}") from None
+    tree = checked_widths(args.tree)
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
                               hf_default=cfg["hf_default"], hf_assisted=not reduced, tree=tree)
     max_new = {c: cfg["max_new"] for c in CATEGORIES}

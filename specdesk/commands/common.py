@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from specdesk.core.loading import DTYPES, QUANTS
-from specdesk.core.tree import SUGGESTED
+from specdesk.core.tree import SUGGESTED, widths_text
 
-SUGGESTED_TREE = ",".join(map(str, SUGGESTED))
+SUGGESTED_TREE = widths_text(SUGGESTED)
 
 
 def k_value(text: str) -> int | str:

@@ -50,7 +50,6 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             seed = int.from_bytes(os.urandom(7), "little")
         generator = make_generator(device, seed)
     k_cap = MAX_K if settings.k == "auto" else int(settings.k)
-    widths = settings.tree if sampling.greedy else ()  # sampled decoding drafts a chain (core/tree.py)
     # room for a tree's leaves wherever the drafter could draft one (the planner counts the same, sampled or not)
     leaves = leaf_count(settings.tree, k_cap) if drafter.drafts_trees else 0
     capacity = len(prompt_ids) + settings.max_new_tokens + k_cap + 2 + leaves
@@ -91,7 +90,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         k = max(0, min(k, remaining - 1))  # never draft past the token budget
         sync()
         ta = time.perf_counter()
-        proposal = drafter.propose(ids, k, sampling, generator, keep, widths if target.takes_trees else ())
+        # a tree's leaves where the target verifies trees (greedy only: a sampled proposal is a chain, core/tree.py)
+        proposal = drafter.propose(ids, k, sampling, generator, keep, settings.tree if target.takes_trees else ())
         sync()
         tb = time.perf_counter()
         m = len(proposal)

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from specdesk.core.errors import BadSetting
 from specdesk.core.sampling import SamplingConfig
-from specdesk.core.tree import parse_widths
+from specdesk.core.tree import checked_widths
 
 MAX_K = 32
 MAX_NEW_TOKENS = 100_000
@@ -37,10 +37,7 @@ class GenerationSettings:
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise BadSetting("stop strings must be non-empty text")
         object.__setattr__(self, "stop", tuple(self.stop))
-        try:
-            object.__setattr__(self, "tree", parse_widths(self.tree))
-        except (TypeError, ValueError) as e:
-            raise BadSetting(f"tree widths: {e} (e.g. 4,2, or none)") from None
+        object.__setattr__(self, "tree", checked_widths(self.tree))
         if len(self.tree) > MAX_K:
             raise BadSetting(f"tree: at most {MAX_K} depths, got {len(self.tree)}")
         self.sampling  # validates temperature, top-k, top-p

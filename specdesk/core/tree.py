@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specdesk.core.errors import BadSetting
+
 MAX_WIDTH = 8
 SUGGESTED = (4, 2)  # the shape measured on SmolLM2-135M (README, "Sibling trees"): bench's tree rows, the app's choice
 
@@ -45,7 +47,7 @@ def parse_widths(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
         except ValueError:
             raise ValueError(f"{text!r} is not a comma-separated list of whole numbers") from None
     if any(not 1 <= w <= MAX_WIDTH for w in widths):
-        raise ValueError(f"each depth takes 1 to {MAX_WIDTH} candidates, got {','.join(map(str, widths))}")
+        raise ValueError(f"each depth takes 1 to {MAX_WIDTH} candidates, got {widths_text(widths)}")
     while widths and widths[-1] == 1:  # trailing 1s are the chain anyway
         widths = widths[:-1]
     return widths
@@ -54,6 +56,19 @@ def parse_widths(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
 def leaf_count(widths: tuple[int, ...], k: int) -> int:
     """Leaves a tree adds to a step drafting k tokens: the most extra positions a verify pass holds."""
     return sum(w - 1 for w in widths[:k])
+
+
+def checked_widths(value: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """:func:`parse_widths` for a value a user gave: a bad one is a one-line BadSetting."""
+    try:
+        return parse_widths(value)
+    except (TypeError, ValueError) as e:
+        raise BadSetting(f"tree widths: {e} (e.g. 4,2, or none)") from None
+
+
+def widths_text(widths: tuple[int, ...]) -> str:
+    """(4, 2) -> "4,2" (the form ``parse_widths`` reads); () -> ""."""
+    return ",".join(map(str, widths))
 
 
 @dataclass

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QGridLayout, QLabel, QSpinBox, QWidget)
 
+from specdesk.core.pairing import MODEL_DRAFTERS
 from specdesk.core.settings import MAX_K, GenerationSettings
-from specdesk.core.tree import SUGGESTED, parse_widths
+from specdesk.core.tree import SUGGESTED, parse_widths, widths_text
 
 TREE_CHOICES = ((), SUGGESTED, (6, 3, 2), (8,))
 
 
 def _tree_text(widths: tuple[int, ...]) -> str:
-    return ",".join(map(str, widths)) if widths else "chain"
+    return widths_text(widths) or "chain"
 
 DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup", "ngram": "n-gram lookup",
                   "none": "none (plain)"}
@@ -106,7 +107,7 @@ class ControlsPanel(QWidget):
 
     def _sync_k(self) -> None:
         self.k_box.setEnabled(self.drafter() != "none")
-        self.tree_box.setEnabled(self.drafter() in ("model", "model+lookup"))
+        self.tree_box.setEnabled(self.drafter() in MODEL_DRAFTERS)
 
     def tree(self) -> tuple[int, ...]:
         return parse_widths(self.tree_box.currentData())

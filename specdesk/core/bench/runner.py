@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdesk.core.bench.suite import Prompt
+from specdesk.core.tree import SUGGESTED, widths_text
 
 PLAIN = "plain"
 
@@ -81,13 +82,9 @@ class Run:
         return d
 
 
-def tree_label(widths: tuple[int, ...]) -> str:
-    return "tree " + ",".join(str(w) for w in widths)
-
-
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
                     with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True,
-                    tree: tuple[int, ...] = (4, 2)) -> list[Method]:
+                    tree: tuple[int, ...] = SUGGESTED) -> list[Method]:
     """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use). ``tree``: the
     draft's sibling-tree rows (fixed k from 2 to 4 among ``ks``, k=auto, with lookup) use these widths; () = none.
     Tree rows apply to greedy decoding only (sampled decoding drafts a chain), so they run greedy."""
@@ -97,7 +94,7 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
         methods.append(Method("draft k=auto", "specdesk", "model", "auto"))
         methods.append(Method("draft+lookup k=auto", "specdesk", "model+lookup", "auto"))
         if tree:
-            name = tree_label(tree)
+            name = "tree " + widths_text(tree)
             methods += [Method(f"{name} k={k}", "specdesk", "model", k, tree) for k in ks if 2 <= k <= 4]
             methods.append(Method(f"{name} k=auto", "specdesk", "model", "auto", tree))
             methods.append(Method(f"{name}+lookup k=auto", "specdesk", "model+lookup", "auto", tree))

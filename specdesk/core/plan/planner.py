@@ -32,7 +32,7 @@ from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
 from specdesk.core.plan.params import ModelAnalysis, analyze
 from specdesk.core.plan.quant import QuantSpec, resolve_plan_dtype
-from specdesk.core.tree import leaf_count, parse_widths
+from specdesk.core.tree import checked_widths, leaf_count, widths_text
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
         ``double_quant`` applies to 4-bit names given as text. dtype: "auto" (bf16 on CUDA, fp32 on CPU),
         "float32", "float16" or "bfloat16". context: total tokens (prompt + new), default
         min(4096, the target's maximum). k: draft tokens per step (or "auto": room for 32). tree: the draft's
-        sibling-tree widths (core/tree.py; "4,2" as the app and CLI default), counted for a draft model.
+        sibling-tree widths (core/tree.py, e.g. "4,2"; () a plain chain, the app's and CLI's default), counted for a
+        draft model.
     candidate_drafts: draft refs to consider for recommendations; None asks model discovery.
     Raises SpecdeskError subclasses (one-line messages) for bad input.
     """
@@ -397,13 +398,10 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
         notes.append(f"the draft {d_a.name} was trained for {d_a.max_positions} positions, fewer than {context}")
     if k == "auto":
         notes.append(f"k auto: room planned for up to {MAX_K} draft tokens per step")
-    try:
-        widths = parse_widths(tree)
-    except (TypeError, ValueError) as e:
-        raise BadSetting(f"tree widths: {e}") from None
+    widths = checked_widths(tree)
     leaves = leaf_count(widths, k_int) if drafter == "model" else 0
     if leaves:
-        notes.append(f"draft tree {','.join(map(str, widths))}: {leaves} more positions verified per step")
+        notes.append(f"draft tree {widths_text(widths)}: {leaves} more positions verified per step")
 
     cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves)
     parts = cfg.parts(context)
