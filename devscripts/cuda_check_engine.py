@@ -26,6 +26,24 @@ PROMPTS = [
 ]
 
 
+def divergence(model, prompt_ids: list[int], ref: list[int], got: list[int]) -> dict | None:
+    """Where ``got`` first leaves ``ref`` and how close the reference model's top two logits were there.
+
+    In bf16 a verify pass over several positions and a one-position step round differently, so a near-tie can
+    flip; a gap far above bf16's rounding (about 1e-2 of the logits' scale) points at a bug instead."""
+    import torch
+
+    i = next((j for j, (a, b) in enumerate(zip(ref, got)) if a != b), None)
+    if i is None:
+        return None
+    with torch.inference_mode():
+        x = torch.tensor([prompt_ids + ref[:i]], device=model.device)
+        logits = model(x).logits[0, -1].float()
+    top = torch.topk(logits, 2)
+    return {"at": i, "ref": ref[i], "got": got[i], "top2_gap": round(float(top.values[0] - top.values[1]), 4),
+            "gap_got": round(float(logits[ref[i]] - logits[got[i]]), 4)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="demo-target")
@@ -65,6 +83,8 @@ def main() -> int:
                 ok &= same
                 report["parity"].append({"prompt": prompt[:24], "drafter": drafter, "k": k, "identical": same,
                                          "acceptance": got.stats.acceptance_rate})
+                if not same:
+                    report["parity"][-1]["divergence"] = divergence(model, ids, ref, got.token_ids)
         for k, tree in ((2, (4, 2)), (4, (4, 2)), ("auto", (4, 2)), (4, (6, 3, 2))):  # sibling trees (core/tree.py)
             got = engine.generate(prompt, k=k, tree=tree, max_new_tokens=args.max_new_tokens)
             same = got.token_ids == ref[: len(got.token_ids)]
@@ -72,6 +92,8 @@ def main() -> int:
             report["parity"].append({"prompt": prompt[:24], "drafter": "model", "k": k, "tree": list(tree),
                                      "identical": same, "tokens_per_pass": got.stats.new_tokens
                                      / max(got.stats.target_forwards, 1)})
+            if not same:
+                report["parity"][-1]["divergence"] = divergence(model, ids, ref, got.token_ids)
     for label, kw in (("plain", dict(drafter="none")), ("draft k=2", dict(k=2)), ("draft k=4", dict(k=4)),
                       ("draft k=auto", dict(k="auto")), ("lookup k=4", dict(drafter="ngram", k=4)),
                       ("tree 4,2 k=4", dict(k=4, tree=(4, 2))), ("tree 4,2 k=auto", dict(k="auto", tree=(4, 2)))):
