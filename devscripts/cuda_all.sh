@@ -14,12 +14,14 @@ log="$out/log.txt"
 deadline=$(( $(date +%s) + ${DEADLINE_S:-540} ))
 if [ -f .whl/site.zip ]; then
     mkdir -p /tmp/site && python3 -m zipfile -e .whl/site.zip /tmp/site && export PYTHONPATH=/tmp/site
+    export USE_HUB_KERNELS=0  # transformers 5 wants the `kernels` package for hub kernels; the zip has none
 fi
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 
-step() {  # step NAME SECONDS COMMAND...: stdout -> NAME.json, stderr -> log
+step() {  # step NAME SECONDS COMMAND...: stdout -> NAME.json, stderr -> log; SKIP="name ..." leaves steps out
     local name=$1 limit=$2 left
     shift 2
+    case " ${SKIP:-} " in *" $name "*) echo "=== $name skipped (SKIP)" >>"$log"; return;; esac
     left=$(( deadline - $(date +%s) - 5 ))
     if [ "$left" -lt 20 ]; then echo "=== $name skipped: no time left" >>"$log"; return; fi
     [ "$limit" -gt "$left" ] && limit=$left

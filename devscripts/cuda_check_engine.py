@@ -44,6 +44,15 @@ def divergence(model, prompt_ids: list[int], ref: list[int], got: list[int]) -> 
             "gap_got": round(float(logits[ref[i]] - logits[got[i]]), 4)}
 
 
+T0 = time.perf_counter()
+
+
+def note(row: dict) -> dict:
+    """Each result to stderr as it comes, with the seconds since start: a run stopped at its time limit keeps them."""
+    print(json.dumps({"t": round(time.perf_counter() - T0, 1), **row}), file=sys.stderr, flush=True)
+    return row
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="demo-target")
@@ -64,6 +73,7 @@ def main() -> int:
         return 0
     engine = specdesk.load(args.target, args.draft, target_quant=args.target_quant, dtype=args.dtype,
                            device=args.device)
+    note({"loaded": engine.describe()})
     model = engine.target.model
     report: dict = {"device": engine.device, "target": engine.target.describe(), "draft": engine.draft.describe(),
                     "lean_draft": engine.describe()["lean_draft"], "lean_target": engine.describe()["lean_target"],
@@ -74,6 +84,7 @@ def main() -> int:
     for prompt in PROMPTS:
         ids = engine.encode(prompt)
         with torch.inference_mode():
+            note({"reference": prompt[:24]})
             ref = model.generate(torch.tensor([ids], device=model.device), max_new_tokens=args.max_new_tokens,
                                  do_sample=False)[0, len(ids):].tolist()
         for drafter in ("model", "ngram", "none"):
@@ -85,6 +96,7 @@ def main() -> int:
                                          "acceptance": got.stats.acceptance_rate})
                 if not same:
                     report["parity"][-1]["divergence"] = divergence(model, ids, ref, got.token_ids)
+                note(report["parity"][-1])
         for k, tree in ((2, (4, 2)), (4, (4, 2)), ("auto", (4, 2)), (4, (6, 3, 2))):  # sibling trees (core/tree.py)
             got = engine.generate(prompt, k=k, tree=tree, max_new_tokens=args.max_new_tokens)
             same = got.token_ids == ref[: len(got.token_ids)]
@@ -94,6 +106,7 @@ def main() -> int:
                                      / max(got.stats.target_forwards, 1)})
             if not same:
                 report["parity"][-1]["divergence"] = divergence(model, ids, ref, got.token_ids)
+            note(report["parity"][-1])
     for label, kw in (("plain", dict(drafter="none")), ("draft k=2", dict(k=2)), ("draft k=4", dict(k=4)),
                       ("draft k=auto", dict(k="auto")), ("lookup k=4", dict(drafter="ngram", k=4)),
                       ("tree 4,2 k=4", dict(k=4, tree=(4, 2))), ("tree 4,2 k=auto", dict(k="auto", tree=(4, 2)))):
@@ -103,6 +116,7 @@ def main() -> int:
                 r = engine.generate(prompt, max_new_tokens=args.max_new_tokens, **kw)
                 speeds.append(r.stats.tokens_per_second)
         report["speed"][label] = statistics.median(speeds)
+        note({"speed": label, "tokens_per_s": report["speed"][label]})
     plain = report["speed"]["plain"]
     report["speedup"] = {k: v / plain for k, v in report["speed"].items()}
     report["all_identical"] = ok
@@ -111,7 +125,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    t0 = time.perf_counter()
     rc = main()
-    print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    print(f"done in {time.perf_counter() - T0:.0f} s", file=sys.stderr)
     sys.exit(rc)

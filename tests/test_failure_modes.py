@@ -162,3 +162,13 @@ def test_a_memory_budget_stops_a_generation_that_outgrows_it_and_the_engine_reco
     assert tiny_engine.kv_reserved_bytes() == 0
     del hog
     assert tiny_engine.generate(prompt, max_new_tokens=48, k=4).token_ids == expected
+
+
+def test_loading_turns_hub_kernels_off(tiny_target, monkeypatch):
+    """transformers 5 turns Hub kernels on by default: a download when a model loads, and a hard error on a machine
+    without the `kernels` package (seen on a CUDA machine); specdesk loads without them."""
+    from specdesk.core.loading import load_model
+
+    monkeypatch.delenv("USE_HUB_KERNELS", raising=False)
+    loaded = load_model(str(tiny_target), device="cpu")
+    assert loaded.model.use_kernels is False

@@ -224,7 +224,7 @@ class LeanDecoder:
             keys, values = L["k"][:, :, :end], L["v"][:, :, :end]  # (1, hk, end, hd)
             if group > 1:
                 att = F.scaled_dot_product_attention(q.reshape(1, hk, group * n, hd), keys, values,
-                                                     attn_mask=mask, scale=self.scale).view(1, hq, n, hd)
+                                                     attn_mask=mask, scale=self.scale).reshape(1, hq, n, hd)
             else:
                 att = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=self.scale,
                                                      enable_gqa=hq != hk)  # (1, hq, n, hd)

@@ -332,7 +332,9 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         raise BadSetting(f"{source.name} is already quantized ({cfg['quantization_config'].get('quant_method', '?')}); "
                          f"load it with quantization none")
     tokenizer = load_tokenizer(path)
-    kwargs = dict(dtype=torch_dtype, local_files_only=True, attn_implementation="sdpa")
+    # use_kernels=False: transformers 5 otherwise swaps layers for kernels fetched from the Hub at load time
+    # (a download, and a hard error where the `kernels` package is missing); the lean path runs its own code
+    kwargs = dict(dtype=torch_dtype, local_files_only=True, attn_implementation="sdpa", use_kernels=False)
     if qcfg is not None:
         kwargs.update(quantization_config=qcfg, device_map={"": device})
     try:

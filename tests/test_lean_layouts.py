@@ -1,0 +1,42 @@
+"""The lean decoder takes attention's output in whatever memory layout the kernel returns it.
+
+Found on an H200: in float32, CUDA's scaled_dot_product_attention returned its (1, heads, rows, head_dim) output in a
+rows-major layout, and the grouped-query path's ``.view`` failed in the first prefill. On a CPU the output is always
+contiguous, so this test hands the decoder the same values in the layout CUDA used."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdesk.core.fastdraft import LeanDecoder
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tiny_target):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_target).eval()
+
+
+def test_a_rows_major_attention_output_gives_the_same_logits(tiny_model, monkeypatch):
+    assert tiny_model.config.num_attention_heads != tiny_model.config.num_key_value_heads  # the grouped path
+    ids = torch.arange(3, 40)
+    plain = LeanDecoder(tiny_model, 64, few_rows=0)
+    want = [plain.forward(ids[:30], every=True), plain.forward(ids[30:35], every=True), plain.forward(ids[35:36])]
+
+    real, layouts = F.scaled_dot_product_attention, []
+
+    def rows_major(*args, **kwargs):
+        out = real(*args, **kwargs)  # (1, heads, rows, head_dim)
+        strided = out.transpose(1, 2).contiguous().transpose(1, 2)  # the same values, rows outermost
+        layouts.append(strided.is_contiguous())
+        return strided
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", rows_major)
+    dec = LeanDecoder(tiny_model, 64, few_rows=0)
+    got = [dec.forward(ids[:30], every=True), dec.forward(ids[30:35], every=True), dec.forward(ids[35:36])]
+    assert layouts and not all(layouts)  # the decoder really was handed non-contiguous outputs
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
