@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from specdesk.core import fewrows
+from specdesk.core import fewrows, int4
 
 SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
@@ -31,8 +31,9 @@ def _plain(lin) -> bool:
 
 
 def _runnable(lin) -> bool:
-    """A plain linear, or a bitsandbytes layer (called as a module: its own kernels, its own dtype handling)."""
-    return _plain(lin) or type(lin).__module__.startswith("bitsandbytes.")
+    """A plain linear, a bitsandbytes layer or a q4 layer (called as a module: its own kernels, its own dtype
+    handling)."""
+    return _plain(lin) or type(lin) is int4.Int4Linear or type(lin).__module__.startswith("bitsandbytes.")
 
 
 def _linears(layer) -> list:
@@ -135,8 +136,9 @@ class LeanDecoder:
                 entry["qkv"] = [lambda x, w=w_qkv, b=b_qkv: fewrows.linear(x, w, b, self.few_rows)]
                 entry["gu"] = [lambda x, w=w_gu: fewrows.linear(x, w, None, self.few_rows)]
             else:
-                entry["qkv"] = [_call(m, self) for m in qkv]
-                entry["gu"] = [_call(m, self) for m in gu]
+                fq, fg = int4.fused(att), int4.fused(mlp)  # q4 layers joined when quantized (core/int4.py)
+                entry["qkv"] = [fq] if fq is not None else [_call(m, self) for m in qkv]
+                entry["gu"] = [fg] if fg is not None else [_call(m, self) for m in gu]
             self.layers.append(entry)
         # Rotary tables for every position of this generation, from the model's own rotary module.
         pos = torch.arange(capacity, device=device)[None]
@@ -145,6 +147,11 @@ class LeanDecoder:
         half = self.head_dim // 2
         # rotate_half(t) * sin == roll(t, half) * (sin with its first half negated), bit for bit
         self.sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
+        # bfloat16/float16 on a CPU: attention in float64, rounded back. The CPU attention kernel's sums depend on
+        # how many rows and keys a call has, and at 8 bits of mantissa that flips the rounding of some outputs: a
+        # verify pass would then differ from one-position steps. In float64 the orders differ by ~1e-16, far
+        # below half a bfloat16 step, so rows come out the same (core/int4.py's kernel is row-invariant already).
+        self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -213,6 +220,7 @@ class LeanDecoder:
         group = hq // hk if n > 1 and hq != hk else 1
         if group > 1:
             mask = mask.repeat(group, 1)  # (group * n, end): row i * n + t is position t's mask
+        mask64 = mask.double() if self.attn64 and mask is not None else None
         for L in self.layers:
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
@@ -222,12 +230,16 @@ class LeanDecoder:
             L["k"][0, :, p0:end] = k
             L["v"][0, :, p0:end] = v.view(n, hk, hd).transpose(0, 1)
             keys, values = L["k"][:, :, :end], L["v"][:, :, :end]  # (1, hk, end, hd)
+            if self.attn64:
+                q, keys, values = q.double(), keys.double(), values.double()
             if group > 1:
                 att = F.scaled_dot_product_attention(q.reshape(1, hk, group * n, hd), keys, values,
-                                                     attn_mask=mask, scale=self.scale).reshape(1, hq, n, hd)
+                                                     attn_mask=mask64 if self.attn64 else mask,
+                                                     scale=self.scale).reshape(1, hq, n, hd)
             else:
-                att = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=self.scale,
-                                                     enable_gqa=hq != hk)  # (1, hq, n, hd)
+                att = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask64 if self.attn64 else mask,
+                                                     scale=self.scale, enable_gqa=hq != hk)  # (1, hq, n, hd)
+            att = att.to(x.dtype)
             x = x + L["o"](att[0].transpose(0, 1).reshape(n, hq * hd))
             h = self._norm(x, L["ln2"])
             gate, up = self._linear_many(h, L["gu"]).chunk(2, dim=-1)

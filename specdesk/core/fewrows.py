@@ -72,7 +72,10 @@ def rows_for(model, dec) -> int:
     rows = 0
     params = list(model.parameters())
     size = sum(p.numel() * p.element_size() for p in params)
-    if params and params[0].device.type == "cpu" and size <= CALIBRATION_LIMIT_BYTES:
+    # float32 only: the slow one-row kernel is MKL's sgemv; bfloat16 products (q4's head) run oneDNN's instead,
+    # where the product form measured slower
+    if params and params[0].device.type == "cpu" and params[0].dtype == torch.float32 \
+            and size <= CALIBRATION_LIMIT_BYTES:
         rows = _measure(dec)
     model.__dict__[ATTR] = rows
     return rows

@@ -20,7 +20,7 @@ from specdesk.core.errors import BadModel, BadSetting, ModelNotFound, OutOfMemor
 log = logging.getLogger(__name__)
 
 DEMO_NAMES = ("demo-target", "demo-draft")
-QUANTS = ("none", "int8", "nf4", "fp4")
+QUANTS = ("none", "int8", "nf4", "fp4", "q4")  # q4: core/int4.py (CPU); the others bitsandbytes
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
@@ -210,10 +210,22 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
+def check_q4(device: str, dtype: str) -> None:
+    """q4 (core/int4.py) runs torch's CPU int4 kernel with bfloat16 activations."""
+    from specdesk.core import int4
+
+    if device != "cpu":
+        raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
+    if dtype not in ("auto", "bfloat16"):
+        raise BadSetting(f"quantization q4 computes in bfloat16: leave dtype at auto (not {dtype})")
+    if not int4.available():
+        raise BadSetting("quantization q4 needs torch >= 2.5 (its CPU int4 kernel); this torch has none")
+
+
 def quantization_config(quant: str, double_quant: bool, dtype):
     if quant not in QUANTS:
         raise BadSetting(f"unknown quantization {quant!r}: use one of {', '.join(QUANTS)}")
-    if quant == "none":
+    if quant in ("none", "q4"):
         return None
     from transformers import BitsAndBytesConfig
 
@@ -321,6 +333,9 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     source = resolve(ref)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
+    if quant == "q4":
+        check_q4(device, dtype)
+        torch_dtype = torch.float32  # loaded as float32 (a GGUF's exact values), then 4-bit codes + bfloat16
     path = loadable_folder(source, torch_dtype, progress)
     cfg = check_model_folder(path)
     if isinstance(cfg.get("specdesk"), dict) and cfg["specdesk"].get("borrows"):
@@ -349,6 +364,14 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
+    params = sum(p.numel() for p in model.parameters())
+    if quant == "q4":
+        from specdesk.core import int4
+
+        if progress:
+            progress(f"quantizing {source.name} to 4 bits (q4)")
+        int4.quantize_model(model)
+        torch_dtype = torch.bfloat16
     if qcfg is not None and device == "cpu":
         from specdesk.core.bnb_cpu import prepare_4bit_layers
 
@@ -359,6 +382,6 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         name=name, path=source, model=model, tokenizer=tokenizer, quant=quant,
         double_quant=double_quant and quant in ("nf4", "fp4"), dtype=str(torch_dtype).replace("torch.", ""),
         device=device, vocab=min(len(tokenizer), embedding_rows), embedding_rows=embedding_rows,
-        eos_ids=eos_ids_of(path, model, tokenizer), params=sum(p.numel() for p in model.parameters()),
+        eos_ids=eos_ids_of(path, model, tokenizer), params=params,
         weight_bytes=int(model.get_memory_footprint()),
         gguf=gguf_description(source, path) if is_gguf(source) else None)

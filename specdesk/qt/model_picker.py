@@ -21,7 +21,7 @@ from specdesk.qt.worker import LoadRequest
 
 NGRAM, NONE = "__ngram__", "__none__"
 QUANT_LABELS = {"none": "none (full precision)", "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)",
-                "nf4+dq": "nf4 + double quant", "fp4": "fp4 (4-bit)"}
+                "nf4+dq": "nf4 + double quant", "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU int4 kernel)"}
 
 
 def quant_label(method: str, double_quant: bool) -> str:
@@ -40,7 +40,8 @@ def _quant_box() -> QComboBox:
     box = QComboBox()
     for q, text in QUANT_LABELS.items():
         box.addItem(text, q)
-    box.setToolTip("bitsandbytes quantization (int8 / 4-bit need a CUDA GPU)")
+    box.setToolTip("int8, nf4, fp4: bitsandbytes quantization. q4: 4-bit groups of 32 through torch's CPU int4 "
+                   "kernel, bfloat16 activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes)")
     return box
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import BF16, FP32, QuantSpec, dtype_bytes, linear_weight_bytes
+from specdesk.core.plan.quant import BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes
 
 MiB = 2**20
 PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
@@ -90,6 +90,8 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
     fuses = a.uses_lean_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
     if lean and spec.method == "none" and fuses:
         copies = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
+    if spec.method == "q4" and a.uses_lean_path:
+        copies = BF16 * 2 * (a.lean_fused_params // Q4_GROUP)  # int4.quantize_model: the joined layers' own scales
     return WeightBytes(quantized, a.kept_params * b, copies)
 
 

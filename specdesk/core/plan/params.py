@@ -88,6 +88,7 @@ class ModelAnalysis:
     # hidden-state rows kept per position: an EAGLE head keeps the target's final hidden states and its own (2)
     hidden_rows: int = 0
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
+    borrows: bool = False  # a distilled draft built on its target's tensors (so in the target's dtype)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -404,7 +405,7 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         max_positions=getattr(text, "max_position_embeddings", None), stored_dtype=stored_dtype,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)), lean_fused_params=fused,
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
-        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes))
+        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")))
 
 
 def _analyze_gguf(path: Path, name: str) -> ModelAnalysis:

@@ -208,28 +208,35 @@ class _Config:
         self.cuda = self.device.startswith("cuda")
         # bitsandbytes' packed CPU layout for the 4-bit layers of a bfloat16 model, where this CPU gets it (bnb_cpu;
         # asked only then: it imports bitsandbytes)
+        if self.target_quant.method == "q4" and self.cuda:
+            raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
+        # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
+        self.t_dtype = "bfloat16" if self.target_quant.method == "q4" else self.dtype
+        self.d_dtype = self.t_dtype if self.draft is not None and self.draft.borrows else self.dtype
+        if self.draft_quant.method == "q4":
+            self.d_dtype = "bfloat16"
         packs = not self.cuda and packs_for_dtype(self.dtype)
         self.t_packed = packs and self.target_quant.is_4bit
         self.d_packed = packs and self.draft is not None and self.draft_quant.is_4bit
-        self.t_weights = weight_bytes(self.target, self.target_quant, self.dtype, lean=True, cpu_packed=self.t_packed)
-        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.dtype, lean=True, cpu_packed=self.d_packed)
+        self.t_weights = weight_bytes(self.target, self.target_quant, self.t_dtype, lean=True, cpu_packed=self.t_packed)
+        self.d_weights = (weight_bytes(self.draft, self.draft_quant, self.d_dtype, lean=True, cpu_packed=self.d_packed)
                           if self.draft else WeightBytes(0, 0))
         self.verify_k = self.k if self.drafting else 0
-        self.t_logits = logits_bytes(self.target, self.verify_k, self.dtype, leaves=self.leaves)
-        self.d_logits = logits_bytes(self.draft, self.k, self.dtype, as_draft=True) if self.draft else 0
+        self.t_logits = logits_bytes(self.target, self.verify_k, self.t_dtype, leaves=self.leaves)
+        self.d_logits = logits_bytes(self.draft, self.k, self.d_dtype, as_draft=True) if self.draft else 0
         self.t_lean = self.target.uses_lean_path  # fastdraft.LeanDecoder runs it (target.TargetRunner)
         self.d_lean = self.draft is not None and self.draft.uses_lean_path
 
     def parts(self, context: int) -> dict:
         cap = capacity(context, self.k, self.leaves)
-        t_kv = kv_cache_bytes(self.target, cap, self.dtype)
+        t_kv = kv_cache_bytes(self.target, cap, self.t_dtype)
         if self.t_lean and self.target.runs_lean(cap):
-            t_kv += lean_table_bytes(self.target, cap, self.dtype)
-        d_kv = kv_cache_bytes(self.draft, cap, self.dtype) if self.draft else 0
+            t_kv += lean_table_bytes(self.target, cap, self.t_dtype)
+        d_kv = kv_cache_bytes(self.draft, cap, self.d_dtype) if self.draft else 0
         if self.d_lean and self.draft.runs_lean(cap):
-            d_kv += lean_table_bytes(self.draft, cap, self.dtype)
-        t_act = prefill_activation_bytes(self.target, self.target_quant, self.dtype, context, self.t_packed)
-        d_act = (prefill_activation_bytes(self.draft, self.draft_quant, self.dtype, context, self.d_packed)
+            d_kv += lean_table_bytes(self.draft, cap, self.d_dtype)
+        t_act = prefill_activation_bytes(self.target, self.target_quant, self.t_dtype, context, self.t_packed)
+        d_act = (prefill_activation_bytes(self.draft, self.draft_quant, self.d_dtype, context, self.d_packed)
                  if self.draft else 0)
         transient = max(t_act, d_act, self.t_logits + self.d_logits)
         tensors = self.t_weights.total + self.d_weights.total + t_kv + d_kv + transient
@@ -275,6 +282,8 @@ def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: Wei
         rows = [Row(f"weights as stored ({a.prequantized})", w.quantized)]
     else:
         what = f"{spec.label} (bitsandbytes)" if spec.method != "none" else dtype
+        if spec.method == "q4":
+            what = "q4 (4-bit codes, bfloat16 step and zero per 32 weights)"
         if cpu_packed:
             what = f"{spec.label} (bitsandbytes, packed CPU layout)"
             notes = notes + (packed_layout_note(a, spec),)
@@ -405,11 +414,11 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 
     cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves)
     parts = cfg.parts(context)
-    t_plan = _model_plan("target", t_a, t_spec, pdtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
+    t_plan = _model_plan("target", t_a, t_spec, cfg.t_dtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
                          cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean, cfg.t_packed)
     d_plan = None
     if d_a is not None:
-        d_plan = _model_plan("draft", d_a, d_spec, pdtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
+        d_plan = _model_plan("draft", d_a, d_spec, cfg.d_dtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
                              cfg.d_logits, parts["d_act"], cfg.k, cfg.d_lean, cfg.d_packed)
     transient_label = "largest transient: " + max(
         (("target prefill activations", parts["t_act"]), ("draft prefill activations", parts["d_act"]),

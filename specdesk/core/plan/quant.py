@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from specdesk.core.bnb_cpu import packable
 from specdesk.core.errors import BadSetting
 
-METHODS = ("none", "int8", "nf4", "fp4")
+METHODS = ("none", "int8", "nf4", "fp4", "q4")  # q4: core/int4.py, CPU only
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 BLOCKSIZE_4BIT = 64  # quantize_4bit's default blocksize, the one transformers uses
 DQ_BLOCKSIZE = 256  # quantize_blockwise(absmax, blocksize=256) for double quantization
@@ -37,10 +37,11 @@ CODE_4BIT_BYTES = 16 * 4  # get_4bit_type: 16 float32 values, a new tensor per q
 DYNAMIC_MAP_BYTES = 256 * 4  # create_dynamic_map(), copied into every nested state
 FP32 = 4
 BF16 = 2
+Q4_GROUP = 32
 
 # Quality order for ranking: the output of an exact speculative decoder is the target's own, so the
 # target's quantization is what decides the quality of the text.
-QUALITY_ORDER = ("none", "int8", "nf4", "nf4+dq", "fp4", "fp4+dq")
+QUALITY_ORDER = ("none", "int8", "q4", "nf4", "nf4+dq", "fp4", "fp4+dq")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -93,6 +94,10 @@ def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_by
     """
     if spec.method == "none":
         return numel * dtype_bytes
+    if spec.method == "q4":  # core/int4.py: codes (N, K/2) uint8, bfloat16 step and zero per 32 weights
+        if in_features is None or in_features % Q4_GROUP or out_features % 16:
+            return numel * BF16  # a shape the kernel does not take stays bfloat16
+        return numel // 2 + BF16 * 2 * (numel // Q4_GROUP)
     if spec.method == "int8":
         return numel + FP32 * out_features  # int8 CB + float32 SCB per output row
     blocks = _ceil_div(numel, BLOCKSIZE_4BIT)

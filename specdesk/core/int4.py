@@ -1,0 +1,126 @@
+"""4-bit weights in groups of 32 on the CPU (the ``q4`` quantization): GGUF Q4_1's layout, torch's int4 kernel.
+
+A float32 forward pass of SmolLM2-135M reads ~540 MB of weights; on a 2-core CPU that is most of its time. Here
+every linear layer of the decoder keeps 4-bit codes with a scale and an offset per group of 32 input weights
+(w = scale * (q - 8) + zero, the form ``torch.ops.aten._weight_int4pack_mm_for_cpu`` computes), about 0.63 bytes
+per weight; activations are bfloat16 (the kernel's fast path). Embeddings, norms and the output head stay
+bfloat16, as bitsandbytes leaves them.
+
+Weights that came from a Q4_1 GGUF file are already on such a grid (Q4_1 stores a minimum and a step per block of
+32, with the block's own minimum and maximum among its codes), so re-quantizing them recovers the file's codes; only
+the step and offset are rounded to bfloat16 (relative 2**-9). Any other weights are quantized like Q4_1 would.
+
+The kernel computes each row of its input independently (bit for bit the same whether a row comes alone or among
+k others: tests/test_int4.py), so a verify pass over k + 1 positions gives the logits one-position steps would.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+GROUP = 32
+FUSED = "_specdesk_q4_fused"
+KERNEL = "_weight_int4pack_mm_for_cpu"
+
+
+def available() -> bool:
+    """This torch has the CPU int4 kernel (torch >= 2.5)."""
+    return hasattr(torch.ops.aten, KERNEL) and hasattr(torch.ops.aten, "_convert_weight_to_int4pack_for_cpu")
+
+
+def fits(lin: nn.Module) -> bool:
+    """A plain nn.Linear whose shape the kernel takes (inputs in whole groups, outputs a multiple of 16)."""
+    return (type(lin) is nn.Linear and lin.in_features % GROUP == 0 and lin.out_features % 16 == 0
+            and not lin._forward_hooks and not lin._forward_pre_hooks)
+
+
+def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """w (N, K) -> codes (N, K) int32 in 0..15, step (N, K/32) and minimum (N, K/32), float32: w ~ min + step * q."""
+    n, k = w.shape
+    g = w.detach().float().reshape(n, k // GROUP, GROUP)
+    lo, hi = g.amin(-1), g.amax(-1)
+    step = (hi - lo) / 15
+    safe = torch.where(step > 0, step, torch.ones_like(step))
+    q = torch.round((g - lo[..., None]) / safe[..., None]).clamp_(0, 15).to(torch.int32)
+    return q.reshape(n, k), step, lo
+
+
+class Int4Linear(nn.Module):
+    """A linear layer on 4-bit codes: y = x @ W.T (+ bias), x in bfloat16 (any leading shape)."""
+
+    def __init__(self, packed: torch.Tensor, scales_zeros: torch.Tensor, in_features: int,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, scales_zeros.shape[1]
+        self.register_buffer("packed", packed)  # (N, K/2) uint8, the kernel's own layout
+        self.register_buffer("scales_zeros", scales_zeros)  # (K/32, N, 2) bfloat16: step, zero
+        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear) -> Int4Linear:
+        q, step, lo = quantize(lin.weight)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        # zero = min + 8 step, so that min + step * q = step * (q - 8) + zero
+        scales = torch.stack([step.t(), (lo + 8 * step).t()], dim=-1).to(torch.bfloat16).contiguous()
+        return cls(packed, scales, lin.in_features, lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        y = getattr(torch.ops.aten, KERNEL)(x2, self.packed, GROUP, self.scales_zeros)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def dequantized(self) -> torch.Tensor:
+        """The weight the kernel multiplies by, (N, K) float32 (from the bfloat16 step and zero)."""
+        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
+        return getattr(torch.ops.aten, KERNEL)(eye, self.packed, GROUP, self.scales_zeros).float().t().contiguous()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, q4 groups of {GROUP}"
+
+
+def fuse(mods: list) -> Int4Linear | None:
+    """One Int4Linear computing the given ones side by side (q/k/v, gate/up: one kernel call instead of several),
+    or None. The kernel packs rows in blocks of 64, so only layers with a multiple of 64 outputs join up (the
+    fused outputs are then bit for bit the separate ones: tests/test_int4.py)."""
+    if len(mods) < 2 or not all(type(m) is Int4Linear for m in mods):
+        return None
+    k = mods[0].in_features
+    if any(m.in_features != k or m.out_features % 64 or m.bias is not None for m in mods):
+        return None
+    return Int4Linear(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=1), k)
+
+
+def quantize_model(model: nn.Module) -> int:
+    """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear; everything else
+    (embeddings, norms, the output head) becomes bfloat16. Returns how many layers were quantized."""
+    count = 0
+    layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
+    for block in layers:
+        for parent in list(block.modules()):
+            for name, child in list(parent.named_children()):
+                if fits(child):
+                    setattr(parent, name, Int4Linear.from_linear(child))
+                    count += 1
+        att, mlp = getattr(block, "self_attn", None), getattr(block, "mlp", None)
+        for owner, names in ((att, ("q_proj", "k_proj", "v_proj")), (mlp, ("gate_proj", "up_proj"))):
+            mods = [getattr(owner, n, None) for n in names]
+            joined = fuse(mods)
+            if joined is None:
+                continue
+            # the layers' codes become views of the joined ones (no second copy); their scales stay their own
+            row = 0
+            for m in mods:
+                m.packed = joined.packed[row:row + m.out_features]
+                row += m.out_features
+            object.__setattr__(owner, FUSED, joined)  # not a submodule: its codes are counted once, via the views
+    model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are
+    return count
+
+
+def fused(owner: nn.Module) -> Int4Linear | None:
+    """The joined q/k/v (of an attention module) or gate/up (of an MLP) that quantize_model made, if any."""
+    return owner.__dict__.get(FUSED)

@@ -1,0 +1,126 @@
+"""The q4 quantization (core/int4.py): 4-bit codes in groups of 32 through torch's CPU int4 kernel.
+
+Checked: weights already on a Q4_1 grid get their codes back; each row of a product is the same whether it comes
+alone or with others (what makes a verify pass equal one-position steps in bfloat16); joined q/k/v codes give the
+separate layers' outputs bit for bit; greedy speculative output equals plain decoding of the same q4 target; the
+planner's weight bytes equal a real load; the settings q4 cannot take are refused in one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import specdesk
+from specdesk.core import int4
+from specdesk.core.errors import BadSetting
+from specdesk.core.loading import load_model
+from specdesk.core.plan import QuantSpec, analyze, measure_weight_bytes, weight_bytes
+from tests.conftest import PROMPTS, make_llama
+
+pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no CPU int4 kernel")
+
+
+def q4_1_grid(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights as a Q4_1 file stores them (per 32: float16 step d and minimum m, codes 0..15 with 0 and 15 used),
+    dequantized to float32 as the gguf reader does; and the codes."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(0, 16, (n, k // 32, 32), generator=g)
+    q[..., 0], q[..., 1] = 0, 15  # the block's own minimum and maximum, as quantize_row_q4_1 leaves them
+    d = (torch.rand(n, k // 32, 1, generator=g) * 0.01 + 1e-3).half().float()
+    m = (-torch.rand(n, k // 32, 1, generator=g) * 0.08).half().float()
+    return (d * q + m).reshape(n, k), q.reshape(n, k)
+
+
+def test_codes_of_q4_1_weights_come_back_and_the_product_uses_them():
+    w, codes = q4_1_grid(64, 128)
+    got, step, lo = int4.quantize(w)
+    assert torch.equal(got, codes.to(torch.int32))
+    lin = nn.Linear(128, 64, bias=False)
+    lin.weight.data.copy_(w)
+    q = int4.Int4Linear.from_linear(lin)
+    # the kernel multiplies by step * (q - 8) + zero with the step and zero in bfloat16 (read back rounded to bfloat16)
+    s_bf = step.bfloat16().float().repeat_interleave(32, dim=1)
+    z_bf = (lo + 8 * step).bfloat16().float().repeat_interleave(32, dim=1)
+    expected = s_bf * (codes.float() - 8) + z_bf
+    assert torch.equal(q.dequantized(), expected.bfloat16().float())
+    assert (expected - w).abs().max() <= 0.05 * step.max()  # the file's weights, up to the rounded step and zero
+    x = torch.randn(3, 128)
+    ref = x.bfloat16().float() @ q.dequantized().t()
+    torch.testing.assert_close(q(x).float(), ref, atol=0.05, rtol=0.02)
+    assert q(x.reshape(1, 3, 128)).shape == (1, 3, 64)
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (96, 128), (576, 1536)])
+def test_each_row_is_the_same_alone_or_among_others(shape):
+    lin = nn.Linear(shape[1], shape[0], bias=True)
+    q = int4.Int4Linear.from_linear(lin)
+    x = torch.randn(9, shape[1]).bfloat16()
+    together = q(x)
+    for n in (1, 2, 5):
+        assert torch.equal(q(x[:n]), together[:n])
+    assert torch.equal(torch.cat([q(x[i:i + 1]) for i in range(9)]), together)
+
+
+def test_joined_codes_give_the_separate_outputs():
+    mods = [int4.Int4Linear.from_linear(nn.Linear(128, n, bias=False)) for n in (128, 64, 64)]
+    joined = int4.fuse(mods)
+    x = torch.randn(4, 128).bfloat16()
+    assert torch.equal(joined(x), torch.cat([m(x) for m in mods], dim=-1))
+    assert int4.fuse([int4.Int4Linear.from_linear(nn.Linear(128, 48, bias=False))] * 2) is None  # not whole blocks of 64
+
+
+@pytest.fixture(scope="module")
+def q4_pair(models_dir):
+    # kv heads = heads so q/k/v all have 64 outputs and join up; intermediate 128 joins gate/up
+    target = make_llama(models_dir / "q4-target", hidden=64, layers=2, heads=4, kv_heads=4, intermediate=128, seed=5)
+    draft = make_llama(models_dir / "q4-draft", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seed=6)
+    return target, draft
+
+
+def test_a_q4_model_runs_on_the_lean_path_with_joined_layers(q4_pair):
+    loaded = load_model(str(q4_pair[0]), quant="q4", device="cpu")
+    assert loaded.quant == "q4" and loaded.dtype == "bfloat16"
+    layer = loaded.model.model.layers[0]
+    assert isinstance(layer.self_attn.q_proj, int4.Int4Linear) and isinstance(layer.mlp.down_proj, int4.Int4Linear)
+    assert int4.fused(layer.self_attn) is not None and int4.fused(layer.mlp) is not None
+    assert layer.self_attn.k_proj.packed.data_ptr() != layer.self_attn.q_proj.packed.data_ptr()  # views, each its rows
+    assert loaded.model.lm_head.weight.dtype == torch.bfloat16  # embeddings and head stay bfloat16
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    assert engine.describe()["lean_target"] is True
+
+
+def test_greedy_output_equals_plain_decoding_of_the_q4_target(q4_pair):
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    checked = 0
+    for p in PROMPTS:
+        plain = engine.generate(p, drafter="none", max_new_tokens=40).token_ids
+        for kw in (dict(k=1), dict(k=4), dict(k="auto"), dict(k=3, tree=(4, 2)), dict(drafter="ngram", k=4)):
+            got = engine.generate(p, max_new_tokens=40, **kw)
+            assert got.token_ids == plain, (p, kw)
+            checked += got.stats.drafted > 0
+    assert checked >= 10  # the drafts really were verified in multi-row passes
+
+
+def test_the_planner_counts_q4_weights_exactly(q4_pair):
+    loaded = load_model(str(q4_pair[0]), quant="q4", device="cpu")
+    predicted = weight_bytes(analyze(str(q4_pair[0])), QuantSpec("q4"), "bfloat16")
+    assert predicted.quantized + predicted.kept == measure_weight_bytes(loaded.model)
+    from specdesk.core.plan.planner import plan
+
+    p = plan(str(q4_pair[0]), str(q4_pair[1]), target_quant="q4", device="cpu", context=256, recommend=False, budget_bytes=2**30)
+    assert p.target.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("kwargs, words", [(dict(dtype="float32"), "bfloat16"), (dict(dtype="float16"), "bfloat16")])
+def test_settings_q4_cannot_take_are_refused(q4_pair, kwargs, words):
+    with pytest.raises(BadSetting) as err:
+        load_model(str(q4_pair[0]), quant="q4", device="cpu", **kwargs)
+    assert "q4" in str(err.value) and words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_planner_refuses_q4_on_a_gpu(q4_pair):
+    from specdesk.core.plan.planner import plan
+
+    with pytest.raises(BadSetting, match="CPU only"):
+        plan(str(q4_pair[0]), None, drafter="none", target_quant="q4", device="cuda", context=256, recommend=False, budget_bytes=2**30)
