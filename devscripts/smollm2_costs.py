@@ -3,7 +3,8 @@
     python devscripts/smollm2_costs.py passes [--gguf PATH]     # forward pass over 1/5/9 positions, F.linear vs w @ x.T
     python devscripts/smollm2_costs.py trees --held-out DIR/.distill/data/held-out.pt
                                                              # the draft's top-1..5 agreement, simulated tree tokens/pass
-    python devscripts/smollm2_costs.py same-prompts          # specdesk on llamacpp_prompts.json's ids (run right
+    python devscripts/smollm2_costs.py same-prompts [--target-quant q4]
+                                                             # specdesk on llamacpp_prompts.json's ids (run right
                                                              # before devscripts/llamacpp_compare.py)
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
@@ -85,9 +86,9 @@ def trees(args) -> None:
 
 def same_prompts(args) -> None:
     prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:4]
-    engine = specdesk.load(args.gguf, args.draft, device="cpu")
+    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant=args.target_quant)
     configs = [("plain", 0, "model"), ("draft k=auto", "auto", "model"), ("lookup k=auto", "auto", "ngram"),
-               ("draft+lookup k=auto", "auto", "model+lookup")]
+               ("lookup k=4", 4, "ngram"), ("draft+lookup k=auto", "auto", "model+lookup")]
     for p in prompts:
         engine.generate(p, max_new_tokens=16, k=0)
     totals, plain = {}, {}
@@ -100,7 +101,7 @@ def same_prompts(args) -> None:
                 t = totals.setdefault(name, [0, 0.0])
                 t[0] += r.stats.new_tokens
                 t[1] += r.stats.decode_seconds
-    print(json.dumps({"few_rows": engine._runner.seq.decoder.few_rows,
+    print(json.dumps({"target_quant": args.target_quant, "few_rows": engine._runner.seq.decoder.few_rows,
                       "pooled_decode_tokens_per_s": {n: round(a / b, 1) for n, (a, b) in totals.items()}}))
 
 
@@ -110,6 +111,7 @@ def main() -> None:
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
     ap.add_argument("--held-out", type=Path)
+    ap.add_argument("--target-quant", default="none", help="same-prompts: the target's quantization (q4: core/int4.py)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "same-prompts": same_prompts}[args.what](args)
