@@ -116,6 +116,33 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
     assert drafted > 0
 
 
+def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(distilled, distill_target):
+    """A distilled draft follows a q4 target (core/int4.py): 4-bit layers and reduced head, the planner's bytes
+    equal to the load, and greedy output equal to plain decoding of the same q4 target."""
+    import specdesk
+    from specdesk.core import int4
+    from specdesk.core.plan.planner import plan
+
+    out, _ = distilled
+    spec = specdesk.load(str(distill_target), str(out), device="cpu", target_quant="q4")
+    plain = specdesk.load(str(distill_target), drafter="none", device="cpu", target_quant="q4")
+    d = spec.draft
+    assert d.quant == "q4" and type(d.model.lm_head) is int4.Int4Linear
+    assert type(d.model.model.layers[0].mlp.down_proj) is int4.Int4Linear
+    assert d.model.get_input_embeddings().weight.data_ptr() == spec.target.model.get_input_embeddings().weight.data_ptr()
+    p = plan(str(distill_target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,
+             budget_bytes=2**30)
+    assert sum(r.bytes for r in p.draft.rows[:2]) == d.weight_bytes
+    drafted = 0
+    for prompt in PROMPTS:
+        want = plain.generate(prompt, max_new_tokens=40).token_ids
+        for k in (1, 4, "auto"):
+            got = spec.generate(prompt, max_new_tokens=40, k=k)
+            assert got.token_ids == want, (prompt, k)
+            drafted += got.stats.drafted
+    assert drafted > 0
+
+
 def test_sampled_proposals_put_no_mass_outside_the_head(engines):
     from specdesk.core.sampling import SamplingConfig
 

@@ -58,7 +58,7 @@ def unsupported_reason(model) -> str | None:
                 return f"custom linear layers ({type(lin).__name__})"
         if layer.mlp.gate_proj.bias is not None:
             return "MLP biases"
-    if type(model.lm_head) is not torch.nn.Linear:
+    if type(model.lm_head) not in (torch.nn.Linear, int4.Int4Linear):
         return "custom output layer"
     return None
 
@@ -107,7 +107,9 @@ class LeanDecoder:
         self.eps = cfg.rms_norm_eps
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        self.lm_head = model.lm_head.weight
+        # a q4 head (core/int4.py, drafts only) is called as its module; a plain one through fewrows.linear
+        self.head_module = model.lm_head if type(model.lm_head) is int4.Int4Linear else None
+        self.lm_head = None if self.head_module is not None else model.lm_head.weight
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype
@@ -253,7 +255,10 @@ class LeanDecoder:
 
     def _head(self, h: torch.Tensor, every: bool) -> torch.Tensor:
         """h (n, hidden) -> logits (n, V); the last position's alone, (V,), when not ``every``."""
-        out = fewrows.linear(h, self.lm_head, None, self.few_rows)
+        if self.head_module is not None:
+            out = self.head_module(h)
+        else:
+            out = fewrows.linear(h, self.lm_head, None, self.few_rows)
         return out if every else out[0]
 
     def crop(self, length: int) -> None:

@@ -94,10 +94,15 @@ def fuse(mods: list) -> Int4Linear | None:
     return Int4Linear(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=1), k)
 
 
-def quantize_model(model: nn.Module) -> int:
+def quantize_model(model: nn.Module, head: bool = False) -> int:
     """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear; everything else
-    (embeddings, norms, the output head) becomes bfloat16. Returns how many layers were quantized."""
+    (embeddings, norms, the output head) becomes bfloat16. ``head``: the output head too (a draft's: its own copy
+    of some of the target's rows, where 4 bits cost acceptance, not exactness). Returns how many layers were
+    quantized."""
     count = 0
+    if head and fits(model.lm_head):
+        model.lm_head = Int4Linear.from_linear(model.lm_head)  # unties it from the embeddings, which stay
+        count += 1
     layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
     for block in layers:
         for parent in list(block.modules()):
@@ -119,6 +124,13 @@ def quantize_model(model: nn.Module) -> int:
             object.__setattr__(owner, FUSED, joined)  # not a submodule: its codes are counted once, via the views
     model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are
     return count
+
+
+def stored(model: nn.Module) -> tuple[int, int]:
+    """(weights, bytes) of ``model``'s q4 layers: in x out each, and their codes and scales as held."""
+    mods = [m for m in model.modules() if type(m) is Int4Linear]
+    return (sum(m.in_features * m.out_features for m in mods),
+            sum(t.numel() * t.element_size() for m in mods for t in (m.packed, m.scales_zeros)))
 
 
 def fused(owner: nn.Module) -> Int4Linear | None:

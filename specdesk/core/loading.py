@@ -312,12 +312,23 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
     own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
     if head_ids is not None:  # the reduced head is the draft's own copy of the target's rows
         own.append(model.lm_head.weight)
+    quant, q4_params, q4_bytes = "none", 0, 0
+    if target.quant == "q4" and info.get("kind") != "eagle-head":
+        # a q4 target's draft follows it: 4-bit layers (and its own reduced head) cost half its drafting time
+        # (3.2 -> 1.6 ms per token for SmolLM2's) at about the same acceptance; output stays the target's
+        from specdesk.core import int4
+
+        int4.quantize_model(model, head=head_ids is not None)
+        quant = "q4"
+        own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
+        q4_params, q4_bytes = int4.stored(model)
     embedding_rows = model.get_input_embeddings().weight.shape[0]
     return LoadedModel(
-        name=model_name(ref, source), path=source, model=model, tokenizer=tokenizer, quant="none",
+        name=model_name(ref, source), path=source, model=model, tokenizer=tokenizer, quant=quant,
         double_quant=False, dtype=target.dtype, device=target.device, vocab=min(len(tokenizer), embedding_rows),
         embedding_rows=embedding_rows, eos_ids=eos_ids_of(source, model, tokenizer),
-        params=sum(p.numel() for p in own), weight_bytes=sum(p.numel() * p.element_size() for p in own),
+        params=sum(p.numel() for p in own) + q4_params,
+        weight_bytes=sum(p.numel() * p.element_size() for p in own) + q4_bytes,
         borrowed=tuple(b for b in info["borrows"] if head_ids is None or b != "lm_head.weight"),
         head_ids=head_ids)
 

@@ -92,7 +92,12 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
         copies = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
     if spec.method == "q4" and a.uses_lean_path:
         copies = BF16 * 2 * (a.lean_fused_params // Q4_GROUP)  # int4.quantize_model: the joined layers' own scales
-    return WeightBytes(quantized, a.kept_params * b, copies)
+    kept = a.kept_params * b
+    if spec.method == "q4" and a.own_head is not None:  # a distilled draft of a q4 target: its head in 4 bits too
+        rows, hidden = a.own_head
+        quantized += linear_weight_bytes(rows * hidden, rows, spec, b, hidden)
+        kept -= rows * hidden * b
+    return WeightBytes(quantized, kept, copies)
 
 
 def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:

@@ -89,6 +89,8 @@ class ModelAnalysis:
     hidden_rows: int = 0
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
     borrows: bool = False  # a distilled draft built on its target's tensors (so in the target's dtype)
+    own_head: tuple[int, int] | None = None  # a distilled draft's reduced head (rows, hidden): its own copy
+    eagle: bool = False  # an EAGLE head (reads the target's hidden states)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -405,7 +407,9 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         max_positions=getattr(text, "max_position_embeddings", None), stored_dtype=stored_dtype,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)), lean_fused_params=fused,
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
-        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")))
+        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")),
+        own_head=tuple(shapes["lm_head.weight"]) if borrow.get("borrows") and borrow.get("head_ids") else None,
+        eagle=borrow.get("kind") == "eagle-head")
 
 
 def _analyze_gguf(path: Path, name: str) -> ModelAnalysis:

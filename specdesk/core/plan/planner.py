@@ -215,6 +215,8 @@ class _Config:
         self.d_dtype = self.t_dtype if self.draft is not None and self.draft.borrows else self.dtype
         if self.draft_quant.method == "q4":
             self.d_dtype = "bfloat16"
+        if self.target_quant.method == "q4" and self.draft is not None and self.draft.borrows and not self.draft.eagle:
+            self.draft_quant = QuantSpec("q4")  # a distilled draft follows a q4 target (loading.load_borrowing_draft)
         packs = not self.cuda and packs_for_dtype(self.dtype)
         self.t_packed = packs and self.target_quant.is_4bit
         self.d_packed = packs and self.draft is not None and self.draft_quant.is_4bit
@@ -287,7 +289,8 @@ def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: Wei
         if cpu_packed:
             what = f"{spec.label} (bitsandbytes, packed CPU layout)"
             notes = notes + (packed_layout_note(a, spec),)
-        rows = [Row(f"weights: {len(a.linears)} linear layers in {what}", w.quantized),
+        layers = len(a.linears) + (1 if spec.method == "q4" and a.own_head else 0)  # a q4 draft's own head
+        rows = [Row(f"weights: {layers} linear layers in {what}", w.quantized),
                 Row(f"weights kept in {dtype}: embeddings, lm_head, norms, biases", w.kept)]
     if w.lean_copies:
         rows.append(Row("lean path: fused q/k/v and gate/up copies", w.lean_copies))
@@ -418,7 +421,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
                          cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean, cfg.t_packed)
     d_plan = None
     if d_a is not None:
-        d_plan = _model_plan("draft", d_a, d_spec, cfg.d_dtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
+        d_plan = _model_plan("draft", d_a, cfg.draft_quant, cfg.d_dtype, cfg.d_weights, parts["d_kv"], parts["capacity"],
                              cfg.d_logits, parts["d_act"], cfg.k, cfg.d_lean, cfg.d_packed)
     transient_label = "largest transient: " + max(
         (("target prefill activations", parts["t_act"]), ("draft prefill activations", parts["d_act"]),
