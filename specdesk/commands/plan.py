@@ -71,7 +71,8 @@ def print_plan(p) -> None:
     from specdesk.core.plan.planner import human_bytes, human_count
 
     k = p.k if p.drafter != "none" else f"{p.k} (not drafting)"
-    print(f"plan on {p.device} ({p.dtype}), context {p.context} tokens, k {k}")
+    dtype = p.dtype if p.target.dtype == p.dtype else f"{p.dtype}; the {p.target.quant} target in {p.target.dtype}"
+    print(f"plan on {p.device} ({dtype}), context {p.context} tokens, k {k}")
     print(f"budget {_gib(p.budget_bytes)}: {p.budget_source}")
     for m in (p.target, p.draft):
         if m is None:
