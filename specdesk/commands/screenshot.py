@@ -8,11 +8,13 @@ nor writes the user's settings, and its session log goes to a temporary folder.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
 
 from specdesk.core.errors import SpecdeskError
+from specdesk.core.loading import QUANTS
 
 DEFAULT_PROMPT = ('import os\n\n\ndef list_python_files(root):\n    """Return the paths of the .py files under root."""\n'
                   "    found = []\n")
@@ -28,6 +30,7 @@ def add_parser(sub) -> None:
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
     p.add_argument("--target", default="demo-target")
     p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, else prompt lookup")
+    p.add_argument("--target-quant", default="none", choices=QUANTS, help="the target's quantization (q4: CPU)")
     p.add_argument("--no-compare", action="store_true", help="skip measuring plain decoding")
     p.add_argument("--size", default="1440x900", help="window size WIDTHxHEIGHT (default 1440x900)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each stage (default 600)")
@@ -87,7 +90,7 @@ def take_screenshot(args, size: tuple[int, int], logs_dir: Path):
 
     try:
         draft = args.draft
-        req = startup_request(args.target, draft, None)
+        req = dataclasses.replace(startup_request(args.target, draft, None), target_quant=args.target_quant)
         win.load_pair(req)
         wait(win.engine_ready, win.load_error, f"loading {args.target}")
         win.controls.max_new.setValue(args.max_new_tokens)
