@@ -309,9 +309,6 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
     cfg = check_model_folder(source)
     tokenizer = load_tokenizer(source)
     model, head_ids = build_from_folder(source, target.model, model_name(ref, source), target.name)
-    own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
-    if head_ids is not None:  # the reduced head is the draft's own copy of the target's rows
-        own.append(model.lm_head.weight)
     quant, q4_params, q4_bytes = "none", 0, 0
     if target.quant == "q4" and info.get("kind") != "eagle-head":
         # a q4 target's draft follows it: 4-bit layers (and its own reduced head) cost half its drafting time
@@ -320,8 +317,10 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
 
         int4.quantize_model(model, head=head_ids is not None)
         quant = "q4"
-        own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
         q4_params, q4_bytes = int4.stored(model)
+    own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
+    if head_ids is not None and quant == "none":  # the reduced head is the draft's own copy of the target's rows
+        own.append(model.lm_head.weight)
     embedding_rows = model.get_input_embeddings().weight.shape[0]
     return LoadedModel(
         name=model_name(ref, source), path=source, model=model, tokenizer=tokenizer, quant=quant,
@@ -375,7 +374,7 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
-    params = sum(p.numel() for p in model.parameters())
+    params = sum(p.numel() for p in model.parameters())  # before q4 turns the linear weights into buffers
     if quant == "q4":
         from specdesk.core import int4
 

@@ -206,17 +206,17 @@ class _Config:
 
     def __post_init__(self) -> None:
         self.cuda = self.device.startswith("cuda")
+        t_q4 = self.target_quant.method == "q4"
+        if self.cuda and (t_q4 or self.draft_quant.method == "q4"):
+            raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
+        borrowing = self.draft is not None and self.draft.borrows
+        if t_q4 and borrowing and not self.draft.eagle:
+            self.draft_quant = QuantSpec("q4")  # a distilled draft follows a q4 target (loading.load_borrowing_draft)
+        # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
+        self.t_dtype = "bfloat16" if t_q4 else self.dtype
+        self.d_dtype = "bfloat16" if self.draft_quant.method == "q4" else self.t_dtype if borrowing else self.dtype
         # bitsandbytes' packed CPU layout for the 4-bit layers of a bfloat16 model, where this CPU gets it (bnb_cpu;
         # asked only then: it imports bitsandbytes)
-        if self.target_quant.method == "q4" and self.cuda:
-            raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
-        # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
-        self.t_dtype = "bfloat16" if self.target_quant.method == "q4" else self.dtype
-        self.d_dtype = self.t_dtype if self.draft is not None and self.draft.borrows else self.dtype
-        if self.draft_quant.method == "q4":
-            self.d_dtype = "bfloat16"
-        if self.target_quant.method == "q4" and self.draft is not None and self.draft.borrows and not self.draft.eagle:
-            self.draft_quant = QuantSpec("q4")  # a distilled draft follows a q4 target (loading.load_borrowing_draft)
         packs = not self.cuda and packs_for_dtype(self.dtype)
         self.t_packed = packs and self.target_quant.is_4bit
         self.d_packed = packs and self.draft is not None and self.draft_quant.is_4bit
