@@ -311,3 +311,49 @@ def test_the_decode_loop_hands_the_controller_prompt_lookups_continuation_and_ea
         assert accepted == full[length:length + len(accepted)]
     assert any(hint for _, hint, _ in ctl.steps)  # this prompt repeats itself: lookup has something to say
     assert sum(len(a) for _, _, a in ctl.steps) == len(out.token_ids) - len(ctl.steps)  # one target token a step
+
+
+def _stepped(m: int) -> float:
+    """Verify seconds over m positions as q4's int4 kernel has them (rows in tiles of 4): SmolLM2's on 2 cores."""
+    return {1: 0.0125, 2: 0.0155, 3: 0.017, 4: 0.0185}.get(m, 0.028 if m <= 8 else 0.039)
+
+
+def _learn_stepped(ctl: AdaptiveK, alpha: float, c_draft: float = 0.0015, steps: int = 400) -> None:
+    rng = random.Random(3)
+    for i in range(steps):
+        k = 1 + i % 9  # every size measured
+        n = 0
+        while n < k and rng.random() < alpha:
+            n += 1
+        ctl.choose(100)
+        ctl.observe(k, k, n, k * c_draft, _stepped(k + 1), 100)
+    ctl.observe(0, 0, 0, 0.0, _stepped(1), 100)
+
+
+def test_stepped_verify_costs_draft_up_to_the_step_and_not_past_it():
+    """Costs that come in steps (2-4 positions ~ 2, 5 ~ 8): with tokens passing 3 times in 4, drafting 3 is the best
+    fixed k (predicted 119 tokens/s, against 116 for 2 and 90 for 4), and drafting by confidence goes on to 3 and
+    stops there. The least-squares slope it used before (~3.3 ms a position here, against the 1.5 ms that the 3rd and
+    4th positions really cost) stopped every draft after its first token."""
+    ctl = AdaptiveK()
+    _learn_stepped(ctl, alpha=0.75)
+    assert ctl.best_k() == 3
+    k, keep = ctl.plan(100, confidence=True)
+    assert keep is not None
+    assert keep(1, 0.75) and keep(2, 0.75)  # on to 3 tokens: 4 positions, the same tile
+    assert not keep(3, 0.75)  # a 4th token would need a pass over 5
+
+
+def test_a_free_continuation_is_cut_where_verify_costs_step_up_unless_it_nearly_always_passes():
+    ctl = AdaptiveK()
+    _learn_stepped(ctl, alpha=0.75)
+    assert ctl.free_length(8) == 3  # the prior (0.8 a token): 4 positions, the last that fit the first tile
+    assert ctl.free_length(2) == 2
+    rng = random.Random(0)
+    for _ in range(60):  # lookup's continuations pass about a third of their tokens
+        ctl.observe_verify(8, _stepped(9), 100, accepted=rng.choice([0, 0, 1, 2, 8]))
+    assert 1 <= ctl.free_length(8) <= 3
+    for _ in range(200):  # now every token passes
+        ctl.observe_verify(8, _stepped(9), 100, accepted=8)
+    assert ctl.free_length(8) == 7  # 8 positions fill the second tile; a 9th would start a third
+    assert ctl.free_length(5) == 3  # 5 would take 6 positions: a second tile for 2 more tokens does not pay

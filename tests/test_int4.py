@@ -43,7 +43,8 @@ def test_codes_of_q4_1_weights_come_back_and_the_product_uses_them():
     s_bf = step.bfloat16().float().repeat_interleave(32, dim=1)
     z_bf = (lo + 8 * step).bfloat16().float().repeat_interleave(32, dim=1)
     expected = s_bf * (codes.float() - 8) + z_bf
-    assert torch.equal(q.dequantized(), expected.bfloat16().float())
+    assert torch.equal(q.codes(), codes.to(torch.int32))  # read back from the kernel's own packed layout
+    assert torch.equal(q.dequantized(), expected)
     assert (expected - w).abs().max() <= 0.05 * step.max()  # the file's weights, up to the rounded step and zero
     x = torch.randn(3, 128)
     ref = x.bfloat16().float() @ q.dequantized().t()
@@ -70,6 +71,35 @@ def test_joined_codes_give_the_separate_outputs():
     assert int4.fuse([int4.Int4Linear.from_linear(nn.Linear(128, 48, bias=False))] * 2) is None  # not whole blocks of 64
 
 
+def q8_0_grid(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Weights as a Q8_0 file stores them (per 32: a float16 d, codes -127..127 with +-127 used), dequantized to
+    float32 as the gguf reader does; the codes; d."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randint(-127, 128, (n, k // 32, 32), generator=g)
+    q[..., 0] = torch.where(torch.rand(n, k // 32, generator=g) < 0.5, 127, -127)  # the block's largest magnitude
+    d = (torch.rand(n, k // 32, 1, generator=g) * 0.002 + 1e-4).half().float()
+    return (d * q).reshape(n, k), q.reshape(n, k), d.reshape(n, k // 32)
+
+
+def test_a_q8_0_head_keeps_the_files_codes_and_each_row_is_the_same_alone():
+    w, codes, d = q8_0_grid(192, 128)
+    lin = nn.Linear(128, 192, bias=False)
+    lin.weight.data.copy_(w)
+    q = int4.Q8Linear.from_linear(lin)
+    # the codes come back exactly (split into two 4-bit halves); only d is rounded to bfloat16
+    expected = d.bfloat16().float().repeat_interleave(32, dim=1) * codes
+    assert torch.equal(q.dequantized(), expected)
+    assert (expected - w).abs().max() <= 2 ** -8 * w.abs().max()
+    x = torch.randn(9, 128)
+    together = q(x)
+    assert together.dtype == torch.bfloat16 and together.shape == (9, 192)
+    ref = x.bfloat16().float() @ expected.t()
+    torch.testing.assert_close(together.float(), ref, atol=0.02, rtol=0.01)
+    assert torch.equal(torch.cat([q(x[i:i + 1]) for i in range(9)]), together)  # row-invariant: verify = steps
+    # bytes: two 4-bit codes per weight and two (step, zero) pairs per 32, against bfloat16's 2 per weight
+    assert int4.stored(nn.Sequential(q)) == (192 * 128, 192 * 128 + 2 * 2 * 2 * 192 * 128 // 32)
+
+
 @pytest.fixture(scope="module")
 def q4_pair(models_dir):
     # kv heads = heads so q/k/v all have 64 outputs and join up; intermediate 128 joins gate/up
@@ -85,7 +115,8 @@ def test_a_q4_model_runs_on_the_lean_path_with_joined_layers(q4_pair):
     assert isinstance(layer.self_attn.q_proj, int4.Int4Linear) and isinstance(layer.mlp.down_proj, int4.Int4Linear)
     assert int4.fused(layer.self_attn) is not None and int4.fused(layer.mlp) is not None
     assert layer.self_attn.k_proj.packed.data_ptr() != layer.self_attn.q_proj.packed.data_ptr()  # views, each its rows
-    assert loaded.model.lm_head.weight.dtype == torch.bfloat16  # embeddings and head stay bfloat16
+    assert loaded.model.get_input_embeddings().weight.dtype == torch.bfloat16  # embeddings stay bfloat16
+    assert isinstance(loaded.model.lm_head, int4.Q8Linear)  # the head gets 8-bit codes, untied from them
     engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
     assert engine.describe()["lean_target"] is True
 

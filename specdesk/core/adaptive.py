@@ -22,9 +22,12 @@ from noise), and is never negative.
 With a draft model, the draft's own probability p of each token it proposes says more about that token
 than any average: :meth:`AdaptiveK.plan` lets it draft up to k_max tokens and stop as soon as one more
 does not pay. After j tokens, with S_j the chance that all j pass and a_{j+1} the next position's
-acceptance, drafting token j+1 adds S_j * a_{j+1} expected tokens for c_draft + (what one more verified
-position costs) seconds; it goes on while that marginal rate is at least the best fixed-k rate the model
-predicts (stopping when the marginal return falls under the average one). Each drafted token's chance
+acceptance, drafting on to length j' > j adds S_j * (a_{j+1} + a_{j+1} a_{j+2} + ...) expected tokens for
+(j' - j) c_draft + verify(j' + 1) - verify(j + 1) seconds; it goes on while some j' gives a marginal rate at
+least the best fixed-k rate the model predicts (stopping when the marginal return falls under the average
+one). Looking past j + 1 matters where verify costs come in steps: q4's int4 kernel takes rows in tiles of 4,
+so 2-4 positions cost little more than 2 and 5 as much as 8 (a least-squares slope, used before, priced every
+position at the average and stopped q4 drafts after one token). Each drafted token's chance
 of passing combines two estimates in log-odds: its position's acceptance a_j in the current stretch of
 text, moved by how the acceptance learnt for tokens like it differs from the calibration's average.
 "Like it" is first what the text's own repetition says: prompt lookup's continuation of the context
@@ -159,12 +162,14 @@ class AdaptiveK:
         self.by_confidence = [[_Decayed(lives[h]) for _ in range(len(self.CONFIDENCE_EDGES) + 1)]
                               for h in range(3)]
         self.confidence_judged = _Decayed(half_life * 4)  # the same tokens, all together
+        # prompt lookup's continuations beside a draft model: acceptance per position (text-bound, like a_j)
+        self.lookup_acc = [_Decayed(half_life) for _ in range(k_max + 1)]
         self._hint: tuple[int, ...] = ()  # this step's lookup continuation
         self._hint_states: list[int] = []  # HINT_* of each token drafted this step
         self.best_rate: float | None = None  # predicted tokens/s of the k best_k picked last
         self._survive = 1.0  # this step's S_j while drafting by confidence
-        self._step: tuple[float, float, list[float], float, float] | None = None  # (rate, c_draft, a_j,
-        # verify slope, mean acceptance of the calibration)
+        self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
+        # verify(1 ..), mean acceptance of the calibration)
         self.plain_streak = 0
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
@@ -313,28 +318,25 @@ class AdaptiveK:
         if not confidence or not self.speculating:
             return k, None
         acc = self.acceptances(self.k_max)
-        self._step = (self.best_rate, self.draft_cost, acc, self.verify_slope(), self.calibration_mean(acc[0]))
+        self._step = (self.best_rate, self.draft_cost, acc, self.verify_costs(), self.calibration_mean(acc[0]))
         self._survive = 1.0
         return self.k_max, self.keep_drafting
 
-    def verify_slope(self) -> float:
-        """Seconds one more verified position adds (m >= 2), at the current context: the weighted
-        least-squares slope over the sizes seen. Differences of neighbouring sizes' estimates are too
-        noisy for a token-by-token decision (a stale or unlucky size makes one step look dear)."""
-        pts = [(m, v.at(self.context), v.w) for m, v in enumerate(self.verify) if m >= 2 and v.seen]
-        w = sum(p[2] for p in pts)
-        if len(pts) < 2 or w <= 0:
-            return 0.0
-        mx = sum(m * wt for m, _, wt in pts) / w
-        my = sum(c * wt for _, c, wt in pts) / w
-        var = sum(wt * (m - mx) ** 2 for m, _, wt in pts)
-        return max(0.0, sum(wt * (m - mx) * (c - my) for m, c, wt in pts) / var) if var > 0 else 0.0
+    def verify_costs(self) -> list[float]:
+        """[verify(1) .. verify(k_max + 1)] at the current context (index m - 1), never falling with m: more
+        positions never cost less, so a size whose estimate is stale or unlucky low takes its neighbour's."""
+        seen = self._seen()
+        out, top = [], 0.0
+        for m in range(1, self.k_max + 2):
+            top = max(top, self.verify_cost(m, seen) or 0.0)
+            out.append(top)
+        return out
 
     def keep_drafting(self, j: int, p: float, token: int | None = None) -> bool:
         """After the j-th drafted token (draft probability p): is a (j+1)-th worth its cost?"""
         if self._step is None:
             return False
-        rate, c, acc, dv, mean = self._step
+        rate, c, acc, v, mean = self._step
         hint = self.HINT_NONE  # no hint here (or no token to compare), or the draft already left it
         if token is not None and len(self._hint) >= j and (j == 1 or self._hint_states[-1] == self.HINT_AGREE):
             hint = self.HINT_AGREE if token == self._hint[j - 1] else self.HINT_DEPART
@@ -346,7 +348,17 @@ class AdaptiveK:
         self._survive /= 1.0 + math.exp(-z)
         if j >= self.k_max:
             return False
-        return self._survive * acc[j] >= rate * (c + dv)
+        # drafting on to any length j' > j adds S_j a_{j+1} .. a_{j'} expected tokens (summed over the lengths
+        # passed) for (j' - j) c_draft + verify(j' + 1) - verify(j + 1) seconds; go on if some j' adds them at
+        # no less than the best fixed-k rate. Looking past j + 1 matters where verify costs come in steps (q4's
+        # int4 kernel: 2-4 positions cost nearly what 2 does, 5 as much as 8), which a slope averages away.
+        gain, survive = 0.0, self._survive
+        for nxt in range(j + 1, self.k_max + 1):
+            survive *= acc[nxt - 1]
+            gain += survive
+            if gain >= rate * ((nxt - j) * c + v[nxt] - v[j]):
+                return True
+        return False
 
     def choose(self, context_len: int = 0) -> int:
         """k for the next step; ``context_len``: tokens in the sequence so far (costs are predicted there)."""
@@ -374,9 +386,33 @@ class AdaptiveK:
         self.history.append(k)
         return k
 
-    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0) -> None:
-        """A step whose tokens came from elsewhere (prompt lookup beside a draft model): only its verify cost."""
+    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None) -> None:
+        """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
+        given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
+        if accepted is None:
+            return
+        for j in range(1, min(drafted, self.k_max) + 1):
+            if j > accepted + 1:
+                break
+            self.lookup_acc[j].add(1.0 if j <= accepted else 0.0)
+
+    def free_length(self, available: int) -> int:
+        """How many of ``available`` free tokens (prompt lookup's continuation: no drafting cost) to verify: the
+        length with the best expected tokens per verify second, by lookup's own acceptance per position (shrunk
+        toward the previous position's, from a prior of 0.8). Where verify costs come in steps (q4: 5 positions
+        cost as much as 8) a long continuation is cut to the step below unless its tokens nearly always pass."""
+        v = self.verify_costs() if self.verify[1].seen else None
+        if v is None or not v[0]:
+            return available
+        best, best_rate, e, run, prior = 0, 1.0 / v[0], 1.0, 1.0, 0.8
+        for n in range(1, min(available, self.k_max) + 1):
+            prior = self.lookup_acc[n].shrunk(prior, self.PSEUDO_TRIALS)
+            run *= prior
+            e += run
+            if e / v[n] >= best_rate:
+                best, best_rate = n, e / v[n]
+        return best
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
                 context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
@@ -405,7 +441,7 @@ class AdaptiveK:
         forget acceptance and what the text's repetition was worth."""
         text = [self.by_hint[h] for h in (self.HINT_AGREE, self.HINT_DEPART)]
         text += self.by_confidence[self.HINT_AGREE] + self.by_confidence[self.HINT_DEPART]
-        for a in [a for table in self.acc_by_state for a in table] + text:
+        for a in [a for table in self.acc_by_state for a in table] + text + self.lookup_acc:
             a.w *= keep
             a.s *= keep
         self.state = 0

@@ -60,6 +60,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
     drafter.start(prompt_ids[:-1], capacity)
     # a controller that drafts by confidence also reads what prompt lookup would propose (a hint, not a draft)
     hints = NgramIndex() if drafter.reports_confidence and getattr(controller, "reads_hints", False) else None
+    # how much of a free continuation (prompt lookup's, beside a draft model) to verify: the controller's to say
+    drafter.free_limit = getattr(controller, "free_length", None)
     if hints is not None:
         hints.extend(prompt_ids)  # ~4 ms for 1,200 tokens, once; then microseconds per step
     sync()
@@ -137,7 +139,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         draft_total += tb - ta
         verify_total += tc - tb
         if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
-            controller.observe_verify(m, tc - tb, context)
+            controller.observe_verify(m, tc - tb, context, n)
         else:
             controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
         if keep is not None:

@@ -44,6 +44,8 @@ class Drafter:
     name = "base"
     reports_confidence = False  # whether propose() honours ``keep`` (a model has probabilities; a lookup has not)
     drafts_trees = False  # whether propose() honours ``widths`` (a model ranks its tokens; a lookup has one)
+    # set by the decode loop: n -> how many of n free tokens (prompt lookup's, beside a model) to propose, or None
+    free_limit = None
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:  # noqa: B027 - optional hook
         """A new generation; ``prefix_ids`` are the prompt tokens except the last."""
@@ -212,6 +214,8 @@ class LookupFirstDrafter(Drafter):
 
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         cont = self.lookup.lookup(ids, min(k, self.LOOKUP_CAP))
+        if cont and self.free_limit is not None:  # k=auto: as many as pay at this machine's verify costs
+            cont = cont[:self.free_limit(len(cont))]
         if len(cont) >= self.min_tokens:
             return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True)
         return self.model.propose(ids, k, sampling, generator, keep, widths)

@@ -33,7 +33,7 @@ def _plain(lin) -> bool:
 def _runnable(lin) -> bool:
     """A plain linear, a bitsandbytes layer or a q4 layer (called as a module: its own kernels, its own dtype
     handling)."""
-    return _plain(lin) or type(lin) is int4.Int4Linear or type(lin).__module__.startswith("bitsandbytes.")
+    return _plain(lin) or isinstance(lin, int4.Int4Linear) or type(lin).__module__.startswith("bitsandbytes.")
 
 
 def _linears(layer) -> list:
@@ -58,7 +58,7 @@ def unsupported_reason(model) -> str | None:
                 return f"custom linear layers ({type(lin).__name__})"
         if layer.mlp.gate_proj.bias is not None:
             return "MLP biases"
-    if type(model.lm_head) not in (torch.nn.Linear, int4.Int4Linear):
+    if not (type(model.lm_head) is torch.nn.Linear or isinstance(model.lm_head, int4.Int4Linear)):
         return "custom output layer"
     return None
 
@@ -83,6 +83,8 @@ def _call(lin, dec: LeanDecoder):
     if _plain(lin):
         w, b = lin.weight, lin.bias
         return lambda x: fewrows.linear(x, w, b, dec.few_rows)
+    if isinstance(lin, int4.Int4Linear):
+        return lin.kernel_call()
     return lin
 
 
@@ -107,8 +109,8 @@ class LeanDecoder:
         self.eps = cfg.rms_norm_eps
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        # a q4 head (core/int4.py, drafts only) is called as its module; a plain one through fewrows.linear
-        self.head_module = model.lm_head if type(model.lm_head) is int4.Int4Linear else None
+        # a q4/q8 head (core/int4.py) is called as its module; a plain one through fewrows.linear
+        self.head_module = model.lm_head.kernel_call() if isinstance(model.lm_head, int4.Int4Linear) else None
         self.lm_head = None if self.head_module is not None else model.lm_head.weight
         self.capacity = capacity
         self.length = 0
@@ -139,8 +141,8 @@ class LeanDecoder:
                 entry["gu"] = [lambda x, w=w_gu: fewrows.linear(x, w, None, self.few_rows)]
             else:
                 fq, fg = int4.fused(att), int4.fused(mlp)  # q4 layers joined when quantized (core/int4.py)
-                entry["qkv"] = [fq] if fq is not None else [_call(m, self) for m in qkv]
-                entry["gu"] = [fg] if fg is not None else [_call(m, self) for m in gu]
+                entry["qkv"] = [_call(m, self) for m in ([fq] if fq is not None else qkv)]
+                entry["gu"] = [_call(m, self) for m in ([fg] if fg is not None else gu)]
             self.layers.append(entry)
         # Rotary tables for every position of this generation, from the model's own rotary module.
         pos = torch.arange(capacity, device=device)[None]

@@ -3,8 +3,8 @@
 A float32 forward pass of SmolLM2-135M reads ~540 MB of weights; on a 2-core CPU that is most of its time. Here
 every linear layer of the decoder keeps 4-bit codes with a scale and an offset per group of 32 input weights
 (w = scale * (q - 8) + zero, the form ``torch.ops.aten._weight_int4pack_mm_for_cpu`` computes), about 0.63 bytes
-per weight; activations are bfloat16 (the kernel's fast path). Embeddings, norms and the output head stay
-bfloat16, as bitsandbytes leaves them.
+per weight; activations are bfloat16 (the kernel's fast path). The output head gets 8-bit codes through the same
+kernel (Q8Linear: GGUF's Q8_0, which llama.cpp gives the head of a Q4_1 file); embeddings and norms stay bfloat16.
 
 Weights that came from a Q4_1 GGUF file are already on such a grid (Q4_1 stores a minimum and a step per block of
 32, with the block's own minimum and maximum among its codes), so re-quantizing them recovers the file's codes; only
@@ -73,13 +73,82 @@ class Int4Linear(nn.Module):
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
 
+    def codes(self) -> torch.Tensor:
+        """The 4-bit codes, (N, K) int32 in 0..15, read back from the kernel's layout (tests/test_int4.py checks it
+        against what was packed): whole blocks of 64 rows as (K, 32) bytes, row j in the low nibble and row
+        j + 32 in the high one; the last N % 64 rows as (K, rows / 2) bytes, rows 2j and 2j + 1."""
+        n, k = self.out_features, self.scales_zeros.shape[0] * GROUP
+        flat = self.packed.reshape(-1)
+        blocks = n // 64
+        main = flat[:blocks * k * 32].reshape(blocks, k, 32)
+        parts = [torch.cat([main & 15, main >> 4], dim=2).permute(0, 2, 1).reshape(blocks * 64, k)]
+        rest = n - blocks * 64
+        if rest:
+            tail = flat[blocks * k * 32:].reshape(k, rest // 2)
+            parts.append(torch.stack([tail & 15, tail >> 4], dim=2).reshape(k, rest).t())
+        return torch.cat(parts).to(torch.int32)
+
+    def kernel_call(self):
+        """x -> self(x) for x (n, K) bfloat16 and contiguous, as the lean decoder feeds it: the kernel alone
+        (the module's reshapes and casts are ~4 of a layer's ~75 small operations that bound a one-row pass)."""
+        if self.bias is not None:
+            return self
+        op, packed, scales = getattr(torch.ops.aten, KERNEL), self.packed, self.scales_zeros
+        return lambda x: op(x, packed, GROUP, scales)
+
     def dequantized(self) -> torch.Tensor:
-        """The weight the kernel multiplies by, (N, K) float32 (from the bfloat16 step and zero)."""
-        eye = torch.eye(self.in_features, dtype=torch.bfloat16)
-        return getattr(torch.ops.aten, KERNEL)(eye, self.packed, GROUP, self.scales_zeros).float().t().contiguous()
+        """The weight the kernel multiplies by, (N, K) float32: step * (q - 8) + zero, step and zero as stored."""
+        step, zero = (t.float().t().repeat_interleave(GROUP, dim=1) for t in self.scales_zeros.unbind(-1))
+        return step * (self.codes().float() - 8) + zero
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, q4 groups of {GROUP}"
+
+
+class Q8Linear(Int4Linear):
+    """8-bit codes with a step per group of 32 (GGUF Q8_0's layout: w = d * q, q in -127..127) through the same
+    int4 kernel, which has no 8-bit sibling on the CPU: q + 128 = 16 a + b splits each code into two 4-bit ones, and
+    one kernel call over [x, x] (2K inputs) sums x @ (16 d a - 128 d).T and x @ (d b).T in its float32 accumulator.
+    About 1.1 bytes per weight against bfloat16's 2: the output head of a q4 target (SmolLM2-135M's 49152 x 576:
+    ~3.4 ms -> ~1.6 ms per one-position pass on 2 cores). A Q8_0 GGUF tensor keeps its own codes; only d is rounded
+    to bfloat16 (relative 2**-9, as a bfloat16 copy of the weights would be). Row-invariant like the int4 layers."""
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear) -> Q8Linear:
+        n, k = lin.weight.shape
+        g = lin.weight.detach().float().reshape(n, k // GROUP, GROUP)
+        d = g.abs().amax(-1) / 127  # (N, K/32); a Q8_0 tensor's own d (its largest code is +-127)
+        safe = torch.where(d > 0, d, torch.ones_like(d))
+        u = (torch.round(g / safe[..., None]).clamp_(-127, 127) + 128).to(torch.int32).reshape(n, k)  # 1..255
+        codes = torch.cat([u // 16, u % 16], dim=1)  # (N, 2K): high nibbles, then low ones
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
+        db = d.to(torch.bfloat16).float()
+        # step * (code - 8) + zero: high part 16 d (a - 8) + 0 = 16 d a - 128 d; low part d (b - 8) + 8 d = d b
+        hi = torch.stack([16 * db, torch.zeros_like(db)], dim=-1)
+        lo = torch.stack([db, 8 * db], dim=-1)
+        scales = torch.cat([hi, lo], dim=1).transpose(0, 1).to(torch.bfloat16).contiguous()  # (2K/32, N, 2)
+        return cls(packed, scales, k, lin.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        y = getattr(torch.ops.aten, KERNEL)(torch.cat([x2, x2], dim=1), self.packed, GROUP, self.scales_zeros)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+    def kernel_call(self):
+        if self.bias is not None:
+            return self
+        op, packed, scales = getattr(torch.ops.aten, KERNEL), self.packed, self.scales_zeros
+        return lambda x: op(torch.cat([x, x], dim=1), packed, GROUP, scales)
+
+    def dequantized(self) -> torch.Tensor:
+        both = super().dequantized()  # (N, 2K): the high parts, then the low ones
+        return both[:, :self.in_features] + both[:, self.in_features:]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, q8 groups of {GROUP}"
 
 
 def fuse(mods: list) -> Int4Linear | None:
@@ -94,14 +163,16 @@ def fuse(mods: list) -> Int4Linear | None:
     return Int4Linear(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=1), k)
 
 
-def quantize_model(model: nn.Module, head: bool = False) -> int:
-    """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear; everything else
-    (embeddings, norms, the output head) becomes bfloat16. ``head``: the output head too (a draft's: its own copy
-    of some of the target's rows, where 4 bits cost acceptance, not exactness). Returns how many layers were
-    quantized."""
+def quantize_model(model: nn.Module, head: str = "q8") -> int:
+    """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear, the output head a
+    Q8Linear (``head`` "q8", a target's: 8 bits keep its logits as a Q8_0 file has them) or an Int4Linear ("q4", a
+    draft's own copy of some of the target's rows, where 4 bits cost acceptance, not exactness) or stays ("none");
+    everything else (embeddings, norms) becomes bfloat16. A tied head is untied: the embeddings stay bfloat16
+    beside it. Returns how many layers were quantized."""
     count = 0
-    if head and fits(model.lm_head):
-        model.lm_head = Int4Linear.from_linear(model.lm_head)  # unties it from the embeddings, which stay
+    kind = {"q8": Q8Linear, "q4": Int4Linear, "none": None}[head]
+    if kind is not None and fits(model.lm_head):
+        model.lm_head = kind.from_linear(model.lm_head)
         count += 1
     layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
     for block in layers:
@@ -128,7 +199,7 @@ def quantize_model(model: nn.Module, head: bool = False) -> int:
 
 def stored(model: nn.Module) -> tuple[int, int]:
     """(weights, bytes) of ``model``'s q4 layers: in x out each, and their codes and scales as held."""
-    mods = [m for m in model.modules() if type(m) is Int4Linear]
+    mods = [m for m in model.modules() if isinstance(m, Int4Linear)]
     return (sum(m.in_features * m.out_features for m in mods),
             sum(t.numel() * t.element_size() for m in mods for t in (m.packed, m.scales_zeros)))
 

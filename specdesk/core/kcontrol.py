@@ -20,5 +20,5 @@ class FixedK:
                 context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
         pass
 
-    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0) -> None:
+    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None) -> None:
         pass

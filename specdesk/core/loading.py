@@ -315,7 +315,7 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
         # (3.2 -> 1.6 ms per token for SmolLM2's) at about the same acceptance; output stays the target's
         from specdesk.core import int4
 
-        int4.quantize_model(model, head=head_ids is not None)
+        int4.quantize_model(model, head="none" if head_ids is None else "q4")
         quant = "q4"
         q4_params, q4_bytes = int4.stored(model)
     own = [p for n, p in model.named_parameters() if n not in info["borrows"]]

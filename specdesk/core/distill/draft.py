@@ -39,7 +39,8 @@ TOKENIZER_NAMES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 
 
 def _head_weight(target_model) -> torch.Tensor:
-    return target_model.get_output_embeddings().weight
+    head = target_model.get_output_embeddings()
+    return head.weight if isinstance(head, torch.nn.Linear) else head.dequantized()  # a q4 target's Q8Linear
 
 
 def draft_config(target_model, layers: int):
@@ -122,19 +123,23 @@ def attach_borrowed(draft, target_model, head_ids: torch.Tensor | None) -> None:
     """Point the draft's embedding at the target's tensor and give it the (reduced) head; both frozen."""
     emb = target_model.get_input_embeddings().weight
     draft.model.embed_tokens.weight = emb  # the same Parameter: no copy, no second count in memory
-    head = _head_weight(target_model)
-    hidden = head.shape[1]
-    if head_ids is None:
-        lin = torch.nn.Linear(hidden, head.shape[0], bias=False, device="meta")
+    module = target_model.get_output_embeddings()
+    if head_ids is None and not isinstance(module, torch.nn.Linear):
+        lin = module  # a q4 target's Q8Linear (core/int4.py): shared as it is
+    elif head_ids is None:
+        head = module.weight
+        lin = torch.nn.Linear(head.shape[1], head.shape[0], bias=False, device="meta")
         lin.weight = head
     else:
-        lin = torch.nn.Linear(hidden, int(head_ids.numel()), bias=False, device=head.device, dtype=head.dtype)
+        head = _head_weight(target_model)
+        dtype = module.weight.dtype if isinstance(module, torch.nn.Linear) else emb.dtype
+        lin = torch.nn.Linear(head.shape[1], int(head_ids.numel()), bias=False, device=head.device, dtype=dtype)
         with torch.no_grad():
             lin.weight.copy_(head[head_ids.to(head.device)])
         lin.weight.requires_grad_(False)
     draft.lm_head = lin
     draft.model.embed_tokens.weight.requires_grad_(False)
-    draft.config.specdesk_head_vocab = int(lin.weight.shape[0])
+    draft.config.specdesk_head_vocab = int(lin.out_features)
 
 
 def own_state(draft) -> dict[str, torch.Tensor]:

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes
+from specdesk.core.plan.quant import (BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q8_fits,
+                                     q8_weight_bytes)
 
 MiB = 2**20
 PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
@@ -97,6 +98,11 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
         rows, hidden = a.own_head
         quantized += linear_weight_bytes(rows * hidden, rows, spec, b, hidden)
         kept -= rows * hidden * b
+    if spec.method == "q4" and a.head is not None and q8_fits(*a.head):  # a model's own head: 8-bit codes
+        rows, hidden = a.head
+        quantized += q8_weight_bytes(rows, hidden)
+        if not a.tied_embeddings:
+            kept -= rows * hidden * b  # replaced; a tied head is untied, the embeddings stay beside it
     return WeightBytes(quantized, kept, copies)
 
 

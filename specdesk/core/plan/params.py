@@ -90,6 +90,9 @@ class ModelAnalysis:
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
     borrows: bool = False  # a distilled draft built on its target's tensors (so in the target's dtype)
     own_head: tuple[int, int] | None = None  # a distilled draft's reduced head (rows, hidden): its own copy
+    # the output head (rows, hidden) of a model with one of its own (not borrowed), when a plain linear layer:
+    # q4 gives it 8-bit codes (int4.Q8Linear), beside the embeddings when tied
+    head: tuple[int, int] | None = None
     eagle: bool = False  # an EAGLE head (reads the target's hidden states)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -393,6 +396,10 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
             hidden_rows = 2
             notes.append("an EAGLE head: the target's hidden states and its own kept per position (counted as its cache)")
     linears = tuple(LinearInfo(n, _numel(shapes[n]), *quantized[n]) for n in shapes if n in quantized)
+    out = model.get_output_embeddings()
+    head = None
+    if not borrow.get("borrows") and type(out).__name__ == "Linear" and out.bias is None:
+        head = (int(out.out_features), int(out.in_features))
     kv, kv_notes = _kv_layout(config)
     fused, layer_params = _lean_params(model)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -407,7 +414,7 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         max_positions=getattr(text, "max_position_embeddings", None), stored_dtype=stored_dtype,
         tied_embeddings=bool(getattr(config, "tie_word_embeddings", False)), lean_fused_params=fused,
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
-        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")),
+        hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")), head=head,
         own_head=tuple(shapes["lm_head.weight"]) if borrow.get("borrows") and borrow.get("head_ids") else None,
         eagle=borrow.get("kind") == "eagle-head")
 

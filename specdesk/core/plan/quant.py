@@ -113,6 +113,17 @@ def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_by
     return packed + absmax + CODE_4BIT_BYTES
 
 
+def q8_fits(rows: int, hidden: int) -> bool:
+    """The shapes int4.Q8Linear takes (those of the int4 kernel)."""
+    return hidden % Q4_GROUP == 0 and rows % 16 == 0
+
+
+def q8_weight_bytes(rows: int, hidden: int) -> int:
+    """int4.Q8Linear: two 4-bit codes per weight ((N, 2K/2) uint8) and a bfloat16 step and zero for each of the
+    two halves of every group of 32."""
+    return rows * hidden + BF16 * 2 * 2 * (rows * hidden // Q4_GROUP)
+
+
 def dtype_bytes(dtype: str) -> int:
     try:
         return DTYPE_BYTES[dtype]
