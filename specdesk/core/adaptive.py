@@ -390,12 +390,15 @@ class AdaptiveK:
         """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
-        if accepted is None:
-            return
+        if accepted is not None:
+            self._judge(self.lookup_acc, drafted, accepted)
+
+    def _judge(self, table: list[_Decayed], drafted: int, accepted: int) -> None:
+        """Per-position acceptance: positions 1..accepted passed, the next one failed (if drafted)."""
         for j in range(1, min(drafted, self.k_max) + 1):
             if j > accepted + 1:
-                break
-            self.lookup_acc[j].add(1.0 if j <= accepted else 0.0)
+                break  # positions after the first rejection were never judged
+            table[j].add(1.0 if j <= accepted else 0.0)
 
     def free_length(self, available: int) -> int:
         """How many of ``available`` free tokens (prompt lookup's continuation: no drafting cost) to verify: the
@@ -429,11 +432,7 @@ class AdaptiveK:
             self._band(p, hints[j]).add(passed)
             self.by_hint[hints[j]].add(passed)
             self.confidence_judged.add(passed)
-        table = self.acc
-        for j in range(1, min(drafted, self.k_max) + 1):
-            if j > accepted + 1:
-                break  # positions after the first rejection were never judged
-            table[j].add(1.0 if j <= accepted else 0.0)
+        self._judge(self.acc, drafted, accepted)
         self.state = 1 if accepted == drafted else 0
 
     def reset_acceptance(self, keep: float = 0.25) -> None:

@@ -109,9 +109,7 @@ class LeanDecoder:
         self.eps = cfg.rms_norm_eps
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        # a q4/q8 head (core/int4.py) is called as its module; a plain one through fewrows.linear
-        self.head_module = model.lm_head.kernel_call() if isinstance(model.lm_head, int4.Int4Linear) else None
-        self.lm_head = None if self.head_module is not None else model.lm_head.weight
+        self.head = _call(model.lm_head, self)  # a plain head through fewrows.linear, a q4/q8 one its kernel
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype
@@ -256,10 +254,7 @@ class LeanDecoder:
 
     def _head(self, h: torch.Tensor, every: bool) -> torch.Tensor:
         """h (n, hidden) -> logits (n, V); the last position's alone, (V,), when not ``every``."""
-        if self.head_module is not None:
-            out = self.head_module(h)
-        else:
-            out = fewrows.linear(h, self.lm_head, None, self.few_rows)
+        out = self.head(h)
         return out if every else out[0]
 
     def crop(self, length: int) -> None:

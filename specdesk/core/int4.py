@@ -65,9 +65,14 @@ class Int4Linear(nn.Module):
         scales = torch.stack([step.t(), (lo + 8 * step).t()], dim=-1).to(torch.bfloat16).contiguous()
         return cls(packed, scales, lin.in_features, lin.bias)
 
+    @staticmethod
+    def _kernel_input(x: torch.Tensor) -> torch.Tensor:
+        """x (n, in_features) -> what the kernel multiplies (Q8Linear feeds it twice)."""
+        return x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous()
+        x2 = self._kernel_input(x.reshape(-1, self.in_features).to(torch.bfloat16).contiguous())
         y = getattr(torch.ops.aten, KERNEL)(x2, self.packed, GROUP, self.scales_zeros)
         if self.bias is not None:
             y = y + self.bias
@@ -93,8 +98,9 @@ class Int4Linear(nn.Module):
         (the module's reshapes and casts are ~4 of a layer's ~75 small operations that bound a one-row pass)."""
         if self.bias is not None:
             return self
-        op, packed, scales = getattr(torch.ops.aten, KERNEL), self.packed, self.scales_zeros
-        return lambda x: op(x, packed, GROUP, scales)
+        op, prepare = getattr(torch.ops.aten, KERNEL), self._kernel_input
+        packed, scales = self.packed, self.scales_zeros
+        return lambda x: op(prepare(x), packed, GROUP, scales)
 
     def dequantized(self) -> torch.Tensor:
         """The weight the kernel multiplies by, (N, K) float32: step * (q - 8) + zero, step and zero as stored."""
@@ -129,19 +135,9 @@ class Q8Linear(Int4Linear):
         scales = torch.cat([hi, lo], dim=1).transpose(0, 1).to(torch.bfloat16).contiguous()  # (2K/32, N, 2)
         return cls(packed, scales, k, lin.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        x2 = x.reshape(-1, self.in_features).to(torch.bfloat16)
-        y = getattr(torch.ops.aten, KERNEL)(torch.cat([x2, x2], dim=1), self.packed, GROUP, self.scales_zeros)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*shape[:-1], self.out_features)
-
-    def kernel_call(self):
-        if self.bias is not None:
-            return self
-        op, packed, scales = getattr(torch.ops.aten, KERNEL), self.packed, self.scales_zeros
-        return lambda x: op(torch.cat([x, x], dim=1), packed, GROUP, scales)
+    @staticmethod
+    def _kernel_input(x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x], dim=1)  # (n, 2K): against the high halves, then the low ones
 
     def dequantized(self) -> torch.Tensor:
         both = super().dequantized()  # (N, 2K): the high parts, then the low ones

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import (BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q8_fits,
+from specdesk.core.plan.quant import (BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q4_fits,
                                      q8_weight_bytes)
 
 MiB = 2**20
@@ -98,7 +98,7 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
         rows, hidden = a.own_head
         quantized += linear_weight_bytes(rows * hidden, rows, spec, b, hidden)
         kept -= rows * hidden * b
-    if spec.method == "q4" and a.head is not None and q8_fits(*a.head):  # a model's own head: 8-bit codes
+    if spec.method == "q4" and a.head is not None and q4_fits(*a.head):  # a model's own head: 8-bit codes
         rows, hidden = a.head
         quantized += q8_weight_bytes(rows, hidden)
         if not a.tied_embeddings:

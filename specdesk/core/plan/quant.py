@@ -95,7 +95,7 @@ def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_by
     if spec.method == "none":
         return numel * dtype_bytes
     if spec.method == "q4":  # core/int4.py: codes (N, K/2) uint8, bfloat16 step and zero per 32 weights
-        if in_features is None or in_features % Q4_GROUP or out_features % 16:
+        if in_features is None or not q4_fits(out_features, in_features):
             return numel * BF16  # a shape the kernel does not take stays bfloat16
         return numel // 2 + BF16 * 2 * (numel // Q4_GROUP)
     if spec.method == "int8":
@@ -113,15 +113,14 @@ def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_by
     return packed + absmax + CODE_4BIT_BYTES
 
 
-def q8_fits(rows: int, hidden: int) -> bool:
-    """The shapes int4.Q8Linear takes (those of the int4 kernel)."""
-    return hidden % Q4_GROUP == 0 and rows % 16 == 0
+def q4_fits(out_features: int, in_features: int) -> bool:
+    """The shapes the int4 kernel takes (int4.fits): inputs in whole groups, outputs a multiple of 16."""
+    return in_features % Q4_GROUP == 0 and out_features % 16 == 0
 
 
 def q8_weight_bytes(rows: int, hidden: int) -> int:
-    """int4.Q8Linear: two 4-bit codes per weight ((N, 2K/2) uint8) and a bfloat16 step and zero for each of the
-    two halves of every group of 32."""
-    return rows * hidden + BF16 * 2 * 2 * (rows * hidden // Q4_GROUP)
+    """int4.Q8Linear: a q4 layer of 2 x hidden inputs (each weight's high and low 4 bits)."""
+    return linear_weight_bytes(2 * rows * hidden, rows, QuantSpec("q4"), BF16, 2 * hidden)
 
 
 def dtype_bytes(dtype: str) -> int:
