@@ -3,6 +3,8 @@
     python devscripts/smollm2_costs.py passes [--gguf PATH]     # forward pass over 1/5/9 positions, F.linear vs w @ x.T
     python devscripts/smollm2_costs.py trees --held-out DIR/.distill/data/held-out.pt
                                                              # the draft's top-1..5 agreement, simulated tree tokens/pass
+    python devscripts/smollm2_costs.py heads [--gguf PATH]      # q4 target: a pass over 1/2/4/5 positions with its 8-bit
+                                                             # head (int4.Q8Linear) and with a bfloat16 head, A/B
     python devscripts/smollm2_costs.py same-prompts [--target-quant q4]
                                                              # specdesk on llamacpp_prompts.json's ids (run right
                                                              # before devscripts/llamacpp_compare.py)
@@ -84,6 +86,54 @@ def trees(args) -> None:
                       "tokens_per_pass_k4": tpp}, indent=1))
 
 
+def heads(args) -> None:
+    model = load_model(args.gguf, quant="q4", device="cpu").model
+    q8 = model.lm_head
+    bf16 = torch.nn.Linear(q8.in_features, q8.out_features, bias=False)
+    bf16.weight = model.get_input_embeddings().weight  # the tied bfloat16 head q4 had before
+    ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
+    decs = {}
+    for name, head in (("q8 head", q8), ("bf16 head", bf16)):
+        model.lm_head = head
+        decs[name] = fastdraft.LeanDecoder(model, 1024)
+        decs[name].forward(ids[:300])
+    model.lm_head = q8
+    out = {}
+    for rep in range(2):  # alternating, so both see the same moments of a noisy machine
+        for n in (1, 2, 4, 5):
+            for name, dec in decs.items():
+                times = []
+                for _ in range(20):
+                    dec.crop(300)
+                    t0 = time.perf_counter()
+                    dec.forward(ids[300:300 + n], every=True)
+                    times.append(time.perf_counter() - t0)
+                out.setdefault(f"{name}, {n} positions", []).append(round(sorted(times)[5] * 1e3, 1))
+    alone = {}
+    for n in (1, 3, 5):  # the head by itself, on final-norm-sized rows
+        h = torch.randn(n, q8.in_features).bfloat16()
+        for name, fn in (("q8 head", q8.kernel_call()), ("bf16 head", lambda x: bf16(x))):
+            times = []
+            for _ in range(30):
+                t0 = time.perf_counter()
+                fn(h)
+                times.append(time.perf_counter() - t0)
+            alone[f"{name}, {n} rows"] = round(sorted(times)[7] * 1e3, 2)
+    # where plain greedy replies to the bench's 8 held-out chat prompts part ways under the two heads
+    from specdesk.core.bench.suite import chat_suite
+
+    engine = specdesk.load(args.gguf, None, device="cpu", target_quant="q4")
+    prompts = [engine.chat_ids([{"role": "user", "content": p.text}]) for p in chat_suite(8)]
+    replies = {}
+    for name, head in (("q8 head", engine._runner.model.lm_head), ("bf16 head", bf16)):
+        engine._runner.model.lm_head = head  # the lean decoder takes the head when a generation starts
+        replies[name] = [engine.generate(p, drafter="none", k=0, max_new_tokens=96).token_ids for p in prompts]
+    parted = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), None)
+              for x, y in zip(replies["q8 head"], replies["bf16 head"])]
+    print(json.dumps({"ms_per_forward_two_rounds": out, "ms_head_alone": alone,
+                      "chat_replies_part_at_token": parted}, indent=1))
+
+
 def same_prompts(args) -> None:
     prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:4]
     engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant=args.target_quant)
@@ -107,14 +157,14 @@ def same_prompts(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("passes", "trees", "same-prompts"))
+    ap.add_argument("what", choices=("passes", "trees", "heads", "same-prompts"))
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
     ap.add_argument("--held-out", type=Path)
     ap.add_argument("--target-quant", default="none", help="same-prompts: the target's quantization (q4: core/int4.py)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    {"passes": passes, "trees": trees, "same-prompts": same_prompts}[args.what](args)
+    {"passes": passes, "trees": trees, "heads": heads, "same-prompts": same_prompts}[args.what](args)
 
 
 if __name__ == "__main__":
