@@ -158,10 +158,10 @@ def test_the_planner_refuses_q4_on_a_gpu(q4_pair):
 
 
 def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models_dir):
-    """Everything before the output head: the int4 layers, the float64 attention, the norms and the rotary embedding
-    give the same final hidden state to a position whether it comes alone or among k others. (The head is a
-    bfloat16 product whose row-invariance is the CPU library's; it is checked through greedy parity above.) With
-    bfloat16 attention, 2 of these 13 cases differed on the 2-core EPYC."""
+    """Everything before the output head: the int4 layers, the attention (position by position, fastdraft's
+    ROW_ATTENTION), the norms and the rotary embedding give the same final hidden state to a position whether it comes
+    alone or among k others. (The head is row-invariant like the layers; it is checked through greedy parity above.)
+    With one bfloat16 attention call over all k positions, 2 of these 13 cases differed on the 2-core EPYC."""
     from specdesk.core.fastdraft import LeanDecoder
 
     path = make_llama(models_dir / "q4-gqa", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, seed=5)
@@ -180,3 +180,29 @@ def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models
             for i in range(n):
                 dec.forward(ids[p0 + i:p0 + i + 1])
             assert torch.equal(dec.hidden[p0:p0 + n], together), (p0, n)
+
+
+def test_each_tree_node_gets_the_hidden_state_of_its_path_run_one_position_at_a_time(models_dir):
+    """A token tree (chain and leaves) in one q4 pass: every node's final hidden state equals, bit for bit, what
+    one-position steps along its own path give (a leaf attends to the cache, its ancestors and itself, gathered)."""
+    from specdesk.core.fastdraft import LeanDecoder
+    from specdesk.core.tree import layout
+
+    path = make_llama(models_dir / "q4-gqa-tree", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, seed=6)
+    model = load_model(str(path), quant="q4", device="cpu").model
+    ids = torch.randint(3, 4000, (300,), generator=torch.Generator().manual_seed(4)).tolist()
+    dec = LeanDecoder(model, 400, keep_hidden=True)
+    chain, leaves = torch.tensor([101, 102, 103]), (torch.tensor([201, 202]), torch.tensor([301]))
+    paths = [[], [101], [101, 102], [101, 102, 103], [201], [202], [101, 301]]  # each row's tokens after ids
+    with torch.inference_mode():
+        for p0 in range(30, 290, 20):
+            dec.crop(0)
+            dec.forward(torch.tensor(ids[:p0 - 1]))
+            tree = layout(torch.tensor(ids[p0 - 1:p0]), chain, leaves)
+            dec.forward_tree(tree.tokens, tree.depths, tree.allowed)
+            together = dec.hidden[p0 - 1:p0 - 1 + len(paths)].clone()
+            for row, extra in enumerate(paths):
+                dec.crop(p0 - 1)
+                for tok in [ids[p0 - 1]] + extra:
+                    dec.forward(torch.tensor([tok]))
+                assert torch.equal(dec.hidden[dec.length - 1], together[row]), (p0, row)

@@ -24,6 +24,7 @@ from specdesk.core import fewrows, int4
 
 SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
+ROW_ATTENTION = 64  # bfloat16 on a CPU: passes of up to this many positions attend position by position
 
 
 def _plain(lin) -> bool:
@@ -149,10 +150,12 @@ class LeanDecoder:
         half = self.head_dim // 2
         # rotate_half(t) * sin == roll(t, half) * (sin with its first half negated), bit for bit
         self.sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
-        # bfloat16/float16 on a CPU: attention in float64, rounded back. The CPU attention kernel's sums depend on
-        # how many rows and keys a call has, and at 8 bits of mantissa that flips the rounding of some outputs: a
-        # verify pass would then differ from one-position steps. In float64 the orders differ by ~1e-16, far
-        # below half a bfloat16 step, so rows come out the same (core/int4.py's kernel is row-invariant already).
+        # bfloat16/float16 on a CPU: the CPU attention kernel's sums depend on how many rows and keys a call has,
+        # and at 8 bits of mantissa that flips the rounding of some outputs: a verify pass would then differ from
+        # one-position steps. Passes of up to ROW_ATTENTION positions (steps, verifies, trees) attend one position
+        # per call, over exactly the keys a one-position step at that position sees: the same call, bit for bit,
+        # in bfloat16 (~3x faster than float64 for one position). Longer passes (a prompt's prefill) attend in
+        # float64, rounded back: the orders differ by ~1e-16, far below half a bfloat16 step.
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
@@ -181,6 +184,9 @@ class LeanDecoder:
         """x: (n, hidden) input vectors (token embeddings, or an EAGLE head's fused inputs) -> logits as forward."""
         n = x.shape[0]
         p0 = self.length
+        if self.attn64 and n <= ROW_ATTENTION:  # position t sees keys 0 .. p0 + t, as a one-position step would
+            return self._run(x, self.cos[p0:p0 + n], self.sin_signed[p0:p0 + n], None, every,
+                             [p0 + t + 1 for t in range(n)])
         keep = None
         if n > 1:
             keep = torch.ones(n, p0 + n, dtype=torch.bool, device=x.device).tril(diagonal=p0)
@@ -193,7 +199,16 @@ class LeanDecoder:
         marks (its ancestors and itself) -> logits (n, V). :meth:`adopt` then moves a kept branch into place."""
         p0 = self.length
         pos = depths + p0
-        keep = torch.cat([torch.ones(ids.shape[0], p0, dtype=torch.bool, device=ids.device), allowed], dim=1)
+        n = ids.shape[0]
+        if self.attn64 and n <= ROW_ATTENTION:  # each node sees the cache, then its ancestors and itself in order
+            cached = torch.arange(p0, device=ids.device)
+            spans = []
+            for j in range(n):
+                fed = allowed[j].nonzero().flatten()
+                contiguous = int(fed[-1]) + 1 == fed.numel()  # slots 0 .. j: a chain node, a slice of the cache
+                spans.append(p0 + fed.numel() if contiguous else torch.cat([cached, p0 + fed]))
+            return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], None, True, spans)
+        keep = torch.cat([torch.ones(n, p0, dtype=torch.bool, device=ids.device), allowed], dim=1)
         return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], keep, True)
 
     def adopt(self, src: int, dst: int) -> None:
@@ -205,9 +220,10 @@ class LeanDecoder:
             self.hidden[dst] = self.hidden[src]
 
     def _run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, keep: torch.Tensor | None,
-             every: bool) -> torch.Tensor:
+             every: bool, spans: list | None = None) -> torch.Tensor:
         """x (n, hidden) into slots length..length+n-1 with rotary tables cos/sin (n, head_dim); keep (n, end):
-        which keys each row sees (None: one row, every key)."""
+        which keys each row sees (None: one row, every key). spans: instead of keep, row by row attention; per row
+        the keys it sees, an int e (slots 0 .. e-1) or a tensor of slots in order."""
         n = x.shape[0]
         p0 = self.length
         end = p0 + n
@@ -220,7 +236,7 @@ class LeanDecoder:
                                device=x.device).masked_fill_(~keep, float("-inf"))
         # GQA over several positions: the g query heads sharing a KV head attend as one head of g*n rows
         # (bit-identical to enable_gqa; ~25% less attention time at 1,300 keys on a CPU, none at n = 1)
-        group = hq // hk if n > 1 and hq != hk else 1
+        group = hq // hk if n > 1 and hq != hk and spans is None else 1
         if group > 1:
             mask = mask.repeat(group, 1)  # (group * n, end): row i * n + t is position t's mask
         for L in self.layers:
@@ -231,17 +247,11 @@ class LeanDecoder:
             q, k = qk[:hq], qk[hq:]
             L["k"][0, :, p0:end] = k
             L["v"][0, :, p0:end] = v.view(n, hk, hd).transpose(0, 1)
-            keys, values = L["k"][:, :, :end], L["v"][:, :, :end]  # (1, hk, end, hd)
-            if self.attn64:
-                q, keys, values = q.double(), keys.double(), values.double()
-            if group > 1:
-                att = F.scaled_dot_product_attention(q.reshape(1, hk, group * n, hd), keys, values,
-                                                     attn_mask=mask, scale=self.scale).reshape(1, hq, n, hd)
+            if spans is not None:
+                att = self._rows_attention(q, L["k"], L["v"], spans)
             else:
-                att = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=self.scale,
-                                                     enable_gqa=hq != hk)  # (1, hq, n, hd)
-            att = att.to(x.dtype)
-            x = x + L["o"](att[0].transpose(0, 1).reshape(n, hq * hd))
+                att = self._attention(q, L["k"][:, :, :end], L["v"][:, :, :end], mask, group).to(x.dtype)
+            x = x + L["o"](att)
             h = self._norm(x, L["ln2"])
             gate, up = self._linear_many(h, L["gu"]).chunk(2, dim=-1)
             x = x + L["down"](F.silu(gate) * up)
@@ -251,6 +261,38 @@ class LeanDecoder:
             self.hidden[p0:end] = normed
             return self._head(normed if every else normed[-1:], every)
         return self._head(self._norm(x if every else x[-1:], self.final_norm), every)
+
+    def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
+                   group: int) -> torch.Tensor:
+        """q (hq, n, hd), keys/values (1, hk, end, hd) -> (n, hq * hd), every row in one call (float64 where
+        ``attn64``); group > 1: the g query heads sharing a KV head as one head of g*n rows, ``mask`` repeated so."""
+        hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
+        n = q.shape[1]
+        if self.attn64:
+            q, keys, values = q.double(), keys.double(), values.double()
+        if group > 1:
+            att = F.scaled_dot_product_attention(q.reshape(1, hk, group * n, hd), keys, values,
+                                                 attn_mask=mask, scale=self.scale).reshape(1, hq, n, hd)
+        else:
+            att = F.scaled_dot_product_attention(q[None], keys, values, attn_mask=mask, scale=self.scale,
+                                                 enable_gqa=hq != hk)  # (1, hq, n, hd)
+        return att[0].transpose(0, 1).reshape(n, hq * hd)
+
+    def _rows_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        spans: list) -> torch.Tensor:
+        """q (hq, n, hd) -> attention output (n, hq * hd), one call per position over the keys ``spans`` gives it.
+        The g query heads sharing a KV head attend as one head of g rows (bit-identical to enable_gqa)."""
+        hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
+        rows = q.transpose(0, 1).contiguous().view(len(spans), 1, hk, hq // hk, hd)  # same layout at any n
+        outs = []
+        for t, span in enumerate(spans):
+            if isinstance(span, int):
+                keys, values = k_cache[:, :, :span], v_cache[:, :, :span]
+            else:
+                keys, values = k_cache.index_select(2, span), v_cache.index_select(2, span)
+            outs.append(F.scaled_dot_product_attention(rows[t], keys, values, scale=self.scale))  # (1, hk, g, hd)
+        att = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return att.reshape(len(spans), hq * hd)
 
     def _head(self, h: torch.Tensor, every: bool) -> torch.Tensor:
         """h (n, hidden) -> logits (n, V); the last position's alone, (V,), when not ``every``."""
