@@ -79,6 +79,9 @@ def test_auto_k_is_exact_and_reports_its_choices(tiny_engine):
     tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", temperature=0.8, seed=3)
     assert greedy.steps == steps  # sampled decoding learns in a controller of its own
     assert tiny_engine._adaptive["model", "sampled"].steps > 0
+    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", tree="3,2")
+    assert greedy.steps == steps  # a tree's passes (chain and leaves) price a chain differently: its own controller
+    assert tiny_engine._adaptive["model", "greedy, tree 3,2"].steps > 0
 
 
 def test_best_k_is_the_argmax_of_rate():

@@ -172,8 +172,13 @@ class Engine:
             # One controller per drafter and decoding mode lives as long as the engine: the costs it learns
             # belong to this machine and these models; acceptance belongs to the text, so it is mostly reset
             # per prompt. Greedy and sampled decoding keep apart: sampled acceptance (min(1, p/q) on average)
-            # differs from greedy agreement on the same text, and sampling adds its own cost per token.
-            key = (drafter, "greedy" if gs.sampling.greedy else "sampled")
+            # differs from greedy agreement on the same text, and sampling adds its own cost per token. A tree
+            # (greedy only) keeps apart too: its passes verify the leaves beside the chain, so a chain of k tokens
+            # costs what k + 1 + leaves positions cost (learnt as a chain's, it priced the draft's chains out).
+            mode = "greedy" if gs.sampling.greedy else "sampled"
+            if gs.tree and gs.sampling.greedy:
+                mode += ", tree " + ",".join(map(str, gs.tree))
+            key = (drafter, mode)
             ctl = self._adaptive.get(key)
             if ctl is None:
                 ctl = self._adaptive[key] = AdaptiveK()
