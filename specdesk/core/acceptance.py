@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from specdesk.core.sampling import sample
+
 
 def accept_probability(p_target: torch.Tensor, p_draft: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """min(1, p_target(x) / p_draft(x)) per drafted token. p_*: (k, V), tokens: (k,) -> (k,)."""
@@ -70,7 +72,7 @@ class Draws:
 
     def categorical(self, probs: torch.Tensor) -> torch.Tensor:
         """(1,) int64: one index drawn with probabilities ``probs`` (V,)."""
-        return torch.multinomial(probs, 1, generator=self.generator)
+        return sample(probs, self.generator).view(1)
 
 
 def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
