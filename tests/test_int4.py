@@ -158,10 +158,11 @@ def test_the_planner_refuses_q4_on_a_gpu(q4_pair):
 
 
 def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models_dir):
-    """Everything before the output head: the int4 layers, the attention (position by position, fastdraft's
-    ROW_ATTENTION), the norms and the rotary embedding give the same final hidden state to a position whether it comes
-    alone or among k others. (The head is row-invariant like the layers; it is checked through greedy parity above.)
-    With one bfloat16 attention call over all k positions, 2 of these 13 cases differed on the 2-core EPYC."""
+    """Everything before the output head: the int4 layers, the attention (position by position in a pass that
+    returns every position, LeanDecoder._rows), the norms and the rotary embedding give the same final hidden state
+    to a position whether it comes alone or among k others, 70 included. (The head is row-invariant like the layers;
+    it is checked through greedy parity above.) With one bfloat16 attention call over all k positions, 2 of these 13
+    cases differed on the 2-core EPYC."""
     from specdesk.core.fastdraft import LeanDecoder
 
     path = make_llama(models_dir / "q4-gqa", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, seed=5)
@@ -170,8 +171,7 @@ def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models
     dec = LeanDecoder(model, 700, keep_hidden=True)
     assert dec.attn64
     with torch.inference_mode():
-        for p0 in range(20, 500, 37):
-            n = 2 + p0 % 7
+        for p0, n in [(p0, 2 + p0 % 7) for p0 in range(20, 500, 37)] + [(300, 70)]:
             dec.crop(0)
             dec.forward(ids[:p0])
             dec.forward(ids[p0:p0 + n], every=True)

@@ -24,7 +24,6 @@ from specdesk.core import fewrows, int4
 
 SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
-ROW_ATTENTION = 64  # bfloat16 on a CPU: passes of up to this many positions attend position by position
 
 
 def _plain(lin) -> bool:
@@ -152,13 +151,18 @@ class LeanDecoder:
         self.sin_signed = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)
         # bfloat16/float16 on a CPU: the CPU attention kernel's sums depend on how many rows and keys a call has,
         # and at 8 bits of mantissa that flips the rounding of some outputs: a verify pass would then differ from
-        # one-position steps. Passes of up to ROW_ATTENTION positions (steps, verifies, trees) attend one position
-        # per call, over exactly the keys a one-position step at that position sees: the same call, bit for bit,
-        # in bfloat16 (~3x faster than float64 for one position). Longer passes (a prompt's prefill) attend in
-        # float64, rounded back: the orders differ by ~1e-16, far below half a bfloat16 step.
+        # one-position steps. Passes that return every position's logits (verifies, trees: _rows) and one-position
+        # steps attend one position per call, over exactly the keys a one-position step at that position sees:
+        # the same call, bit for bit, in bfloat16 (~3x faster than float64 for one position). Other passes (a
+        # prompt's prefill, a draft catching up) attend in float64 in one call, rounded back (~15% faster than
+        # position by position over 64): what they leave in the cache is the same for every decoding mode.
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
+
+    def _rows(self, n: int, every: bool) -> bool:
+        """Whether a pass of n positions attends position by position (bfloat16 on a CPU: see __init__)."""
+        return self.attn64 and (every or n == 1)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         xf = x.float()
@@ -184,7 +188,7 @@ class LeanDecoder:
         """x: (n, hidden) input vectors (token embeddings, or an EAGLE head's fused inputs) -> logits as forward."""
         n = x.shape[0]
         p0 = self.length
-        if self.attn64 and n <= ROW_ATTENTION:  # position t sees keys 0 .. p0 + t, as a one-position step would
+        if self._rows(n, every):  # position t sees keys 0 .. p0 + t, as a one-position step would
             return self._run(x, self.cos[p0:p0 + n], self.sin_signed[p0:p0 + n], None, every,
                              [p0 + t + 1 for t in range(n)])
         keep = None
@@ -200,7 +204,7 @@ class LeanDecoder:
         p0 = self.length
         pos = depths + p0
         n = ids.shape[0]
-        if self.attn64 and n <= ROW_ATTENTION:  # each node sees the cache, then its ancestors and itself in order
+        if self._rows(n, True):  # each node sees the cache, then its ancestors and itself in order
             cached = torch.arange(p0, device=ids.device)
             spans = []
             for j in range(n):
