@@ -92,6 +92,9 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
             assert n == m, row  # every greedy method reproduces plain decoding exactly, HF's included
     assert any(g["name"].startswith("efficiency") for g in data["goals"])
     assert "| plain |" in md.read_text()
+    from specdesk.hw.cpu import cpu_name
+
+    assert data["meta"]["cpu"].startswith(cpu_name()) and f"CPU: {cpu_name()}" in md.read_text()  # figures name it
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -163,3 +166,15 @@ def test_adaptive_k_against_transformers_defaults_is_reported():
     assert line is not None and "median 1.50x, min 1.50x (editing)" in line
     assert against_defaults(rows[1:]) is None  # no adaptive row: nothing to compare
     assert f"- {line}" in markdown(rows, [], {"also": [line]})
+
+
+def test_the_cpu_is_named_with_the_flags_its_kernels_split_on():
+    from specdesk.hw.cpu import cpu_flags, cpu_name
+
+    info = ("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n"
+            "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    assert cpu_name(info) == "Intel(R) Xeon(R) Processor"
+    assert cpu_flags(info) == ["avx2", "avx512f", "avx512_bf16", "amx_tile"]
+    assert cpu_flags("model name : AMD EPYC\nflags : fpu avx2 avx512f avx512_bf16\n") == ["avx2", "avx512f",
+                                                                                          "avx512_bf16"]
+    assert cpu_name("") and cpu_flags("") == []  # no /proc/cpuinfo: platform's answer, no flags

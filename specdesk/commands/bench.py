@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from specdesk.core.bench.suite import CATEGORIES, build_suite
     from specdesk.core.sessionlog import library_versions
     from specdesk.core.tree import checked_widths
+    from specdesk.hw.cpu import cpu_description
 
     cfg = dict(QUICK if args.quick else FULL)
     if args.repeats is not None:
@@ -115,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     goal_list = goals(rows, runs)
     versions = library_versions()
     meta = {"target": engine.target.name, "draft": engine.draft.name if engine.draft else None,
-            "device": engine.device, "cpu_threads": torch.get_num_threads(), "torch": versions["torch"],
+            "device": engine.device, "cpu": cpu_description(), "cpu_threads": torch.get_num_threads(),
+            "torch": versions["torch"],
             "transformers": versions["transformers"], "mode": "quick" if args.quick else "full",
             "repeats": cfg["repeats"], "max_new_tokens": max_new, "seconds": seconds,
             "methods": [m.name for m in methods], "prompts": [f"{p.category}:{p.name}" for p in prompts],

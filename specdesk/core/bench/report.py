@@ -50,7 +50,8 @@ def summary_table(rows: list[Row]) -> list[str]:
 
 def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
     out = [f"# specdesk bench: {meta.get('target')} + {meta.get('draft')}", ""]
-    out.append(f"Device: {meta.get('device')}; {meta.get('cpu_threads')} threads; torch {meta.get('torch')}, "
+    cpu = f"CPU: {meta['cpu']}; " if meta.get("cpu") else ""  # figures differ by CPU (AVX2, AVX-512, AMX paths)
+    out.append(f"Device: {meta.get('device')}; {cpu}{meta.get('cpu_threads')} threads; torch {meta.get('torch')}, "
                f"transformers {meta.get('transformers')}; mode: {meta.get('mode')}; repeats {meta.get('repeats')}; "
                f"max new tokens {meta.get('max_new_tokens')}; wall time {meta.get('seconds', 0):.0f} s.")
     out.append("")
