@@ -84,7 +84,9 @@ class Hog(QObject):
 
 def test_a_draft_that_slows_the_reply_raises_the_banner_and_its_fixes_apply(window, qtbot):
     window.new_chat()
-    send(window, qtbot, max_new=12, drafter="none")  # plain steps: this pair's plain decoding cost
+    # plain steps: this pair's plain decoding cost, over as many steps as the drafting reply takes (12 plain steps,
+    # ~30 ms, once met a stall of this shared machine and priced a plain step above a 5-position verify)
+    send(window, qtbot, max_new=48, drafter="none")
     done = send(window, qtbot, "\n\ndef main():\n    ", max_new=48, k=4)
     v = window.health.payoff.verdict()
     assert v is not None and v.acceptance < v.break_even and v.reply_speedup < 0.97
