@@ -360,3 +360,17 @@ def test_a_free_continuation_is_cut_where_verify_costs_step_up_unless_it_nearly_
         ctl.observe_verify(8, _stepped(9), 100, accepted=8)
     assert ctl.free_length(8) == 7  # 8 positions fill the second tile; a 9th would start a third
     assert ctl.free_length(5) == 3  # 5 would take 6 positions: a second tile for 2 more tokens does not pay
+
+
+def test_warm_up_teaches_k_auto_nothing_and_changes_no_output():
+    """Engine.warm_up (the app runs it after a load) pays first-call costs with fixed-k steps only: k=auto then
+    starts from scratch (its first step drafts k_init) and decodes the same tokens as on an engine never warmed."""
+    import specdesk
+
+    cold, warm = (specdesk.load("demo-target", "demo-draft", device="cpu") for _ in range(2))
+    warm.warm_up()
+    assert warm._adaptive == {}
+    a = cold.generate(PROMPTS[0], max_new_tokens=24, k="auto")
+    b = warm.generate(PROMPTS[0], max_new_tokens=24, k="auto")
+    assert a.token_ids == b.token_ids
+    assert a.steps[0].k == b.steps[0].k == AdaptiveK().k_init

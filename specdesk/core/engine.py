@@ -68,6 +68,15 @@ class Engine:
     def available_drafters(self) -> tuple[str, ...]:
         return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
 
+    def warm_up(self, tokens: int = 8) -> None:
+        """A few throwaway steps, plain and with the draft model (k = 4) when there is one: first calls pay one-off
+        costs (the allocator, a kernel's first use at each size), which made the app's first reply after a load
+        slower than the plain comparison run after it. Fixed k: the k=auto controllers learn nothing here."""
+        ids = self.encode("Hello. Hello. Hello. Hello.")[:16]
+        self.generate(ids, drafter="none", max_new_tokens=tokens)
+        if self._model_drafter is not None:
+            self.generate(ids, drafter="model", k=4, max_new_tokens=tokens)
+
     def _drafter(self, name: str) -> Drafter:
         if name == HYBRID:
             return LookupFirstDrafter(self._drafter("model"), NgramDrafter(self._runner.device, *self.ngram))

@@ -133,6 +133,8 @@ class EngineWorker(QObject):
                                        draft_quant=req.draft_quant, double_quant=req.double_quant,
                                        device=req.device,
                                        progress=lambda m: say(m[:1].upper() + m[1:] + "…"))
+                say("Warming up…")
+                engine.warm_up()  # a fraction of a second: the first reply is then timed as the ones after it
             if cancel.is_set():
                 raise LoadCancelled
         except LoadCancelled:
