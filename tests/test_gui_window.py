@@ -75,6 +75,7 @@ def send(win, qtbot, prompt=PROMPT, *, max_new=24, k=4, drafter="model", tempera
             win.send()
     finally:
         win.worker.event.disconnect(rec.on_event)
+    send.last = rec
     return blocker.args[0], rec.steps, rec.partial_ok
 
 
@@ -86,6 +87,7 @@ class StepRecorder(QObject):
         self.win = win
         self.steps: list[StepEvent] = []
         self.partial_ok: list[bool] = []
+        self.shown: list[int] = []  # the reply's length in the chat after each step
 
     def on_event(self, tag, ev) -> None:
         assert QThread.currentThread() is self.win.thread()
@@ -93,6 +95,7 @@ class StepRecorder(QObject):
             self.steps.append(ev)
             text = self.win.chat.turns[-1].text
             self.partial_ok.append(text == "" or text[-1].isspace())
+            self.shown.append(len(text))
 
 
 def test_a_reply_streams_whole_words_with_footer_plots_and_log(window, qtbot):
@@ -130,6 +133,19 @@ def test_a_reply_streams_whole_words_with_footer_plots_and_log(window, qtbot):
     assert len(g.steps) == len(steps) and [s["accepted"] for s in g.steps] == [s.accepted for s in steps]
     assert g.summary["stats"]["new_tokens"] == st.new_tokens and "rss_bytes" in g.steps[0]["memory"]
     assert window.state == "idle" and window.send_button.isEnabled()
+
+
+def test_the_reply_reaches_the_chat_at_most_ten_times_a_second_and_whole_at_the_end(window, qtbot):
+    """One text insert per decoding step cost the engine speed on a 2-core CPU: the window shows the reply's words
+    every CHAT_REFRESH_S (0.1 s) instead, and all of it when the reply ends."""
+    from specdesk.qt.main_window import CHAT_REFRESH_S
+
+    done, steps, partial_ok = send(window, qtbot, max_new=96, k=1)
+    shown = send.last.shown
+    updates = sum(1 for a, b in zip([0] + shown, shown) if b != a)
+    assert len(steps) >= 20 and all(partial_ok)
+    assert updates <= done.stats.decode_seconds / CHAT_REFRESH_S + 2, (updates, len(steps))
+    assert window.chat.turns[-1].text == done.text
 
 
 def test_the_window_stays_responsive_and_the_engine_never_runs_on_the_gui_thread(window, qtbot):

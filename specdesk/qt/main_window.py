@@ -33,6 +33,7 @@ from specdesk.qt.worker import EngineInfo, EngineWorker, GenerateRequest, LoadRe
 
 log = logging.getLogger(__name__)
 
+CHAT_REFRESH_S = 0.1  # the reply streams into the chat at 10 Hz: one text insert per decoding step cost speed
 MEMORY_MS = 500
 DEMO_PAIR = LoadRequest("demo-target", "demo-draft", "model")
 
@@ -92,6 +93,8 @@ class MainWindow(QMainWindow):
             self._restore_settings()
 
         self._cards_shown = 0.0
+        self._unshown: list[Span] = []  # whole words streamed since the chat was last updated
+        self._chat_shown = 0.0
         self._mem_timer = QTimer(self)
         self._mem_timer.setInterval(MEMORY_MS)
         self._mem_timer.timeout.connect(self._sample_memory)
@@ -395,6 +398,7 @@ class MainWindow(QMainWindow):
             self.chat.add_user(text, "You" if self.info.chat_template else "Prompt")
         self.chat.begin_reply(self.info.target)
         self._buffer = WordBuffer()
+        self._unshown, self._chat_shown = [], 0.0
         self.plots.new_generation()
         self._cards_shown = 0.0
         self.cards.show_figures(0, None, None, None, 0)
@@ -461,10 +465,13 @@ class MainWindow(QMainWindow):
                 self._finish_compare(ev)
             return
         if isinstance(ev, StepEvent):
-            spans = self._buffer.push(ev.drafted_text, True) + self._buffer.push(ev.target_text, False)
-            self.chat.append_spans(spans)
+            self._unshown += self._buffer.push(ev.drafted_text, True) + self._buffer.push(ev.target_text, False)
             self.plots.add_step(ev)
             now = time.monotonic()
+            if now - self._chat_shown >= CHAT_REFRESH_S:  # a text insert per step costs decoding too
+                self._chat_shown = now
+                self.chat.append_spans(self._unshown)
+                self._unshown = []
             if now - self._cards_shown >= BUSY_REFRESH_MS / 1000:  # at the plots' pace: repainting costs decoding
                 self._cards_shown = now
                 s = self.plots.steps
@@ -476,8 +483,14 @@ class MainWindow(QMainWindow):
             self.state_label.setText(f"engine: generating ({ev.prompt_tokens} prompt tokens, "
                                      f"prefill {ev.seconds * 1000:.0f} ms)")
 
+    def _take_unshown(self) -> list[Span]:
+        """The reply's text not in the chat yet: whole words held back between refreshes, then the word buffer."""
+        spans = self._unshown + self._buffer.flush()
+        self._unshown = []
+        return spans
+
     def _finish_reply(self, req: GenerateRequest, done: DoneEvent) -> None:
-        spans = self._buffer.flush()
+        spans = self._take_unshown()
         if done.tail:
             spans.append(Span(done.tail, False))
         self.chat.append_spans(spans)
@@ -533,7 +546,7 @@ class MainWindow(QMainWindow):
             return
         self._active = None
         if req.purpose == "reply":
-            self.chat.append_spans(self._buffer.flush())
+            self.chat.append_spans(self._take_unshown())
             hint = ""
             if "context" in msg:
                 hint = " Start a New chat or lower max new tokens."
