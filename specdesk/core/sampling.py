@@ -61,12 +61,11 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     """
     flat = probs.reshape(-1, probs.shape[-1])
     cum = flat.cumsum(-1)  # (N, V)
-    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=cum.dtype) * cum[:, -1:]
-    out = torch.searchsorted(cum, u, right=True).squeeze(-1)  # (N,)
-    # u * total may round up to the total itself: then the last token with mass, not one past the end
-    last = (flat > 0).int().cumsum(-1).argmax(-1)  # the first index where the count of tokens with mass peaks
-    out = torch.where(out < flat.shape[-1], out, last)
-    return out.reshape(probs.shape[:-1])
+    total = cum[:, -1:]
+    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=cum.dtype) * total
+    # u * total may round up to the total itself: held just under it, u then falls to the last token with mass
+    u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cum, u, right=True).reshape(probs.shape[:-1])
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:
