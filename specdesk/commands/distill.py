@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
     budget.add_argument("--steps", type=int, default=None, help="training steps instead of a time")
     p.add_argument("--device", default="auto", help="auto (CUDA when present, bf16), cpu, cuda or cuda:N")
     p.add_argument("--resume", action="store_true", help="go on from DIR's data and last checkpoint")
-    p.add_argument("--prompts", type=int, default=None, help="training prompts for the target to answer (default 640)")
+    p.add_argument("--prompts", type=int, default=None, help="training replies for the target to write (default 640; past the distinct prompts the templates give, it answers them again, sampled)")
     p.add_argument("--kind", choices=("draft", "eagle"), default=None,
                    help="draft: a small model of the target's shape (default); eagle: a one-layer head that drafts "
                         "from the target's hidden states (EAGLE)")

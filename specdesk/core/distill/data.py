@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specdesk.core.distill import batchgen
+
 TOPK = 64
 
 
@@ -59,7 +61,10 @@ def chat_ids(tokenizer, text: str) -> list[int]:
 def answer(model, tokenizer, prompts: list[str], *, eos_ids: frozenset[int], max_new_tokens: int = 160,
            batch: int = 16, temperature: float = 0.0, seed: int = 0, topk: int = TOPK, split: str = "train",
            out: list[Sample] | None = None) -> Iterator[DataProgress]:
-    """Let the target answer ``prompts`` in batches; append a :class:`Sample` per prompt to ``out``."""
+    """Let the target answer ``prompts`` in batches; append a :class:`Sample` per prompt to ``out``.
+
+    A Llama-shaped target answers through :mod:`batchgen` (~4x faster than ``generate`` on the CPU); others through
+    ``generate``. Greedy replies and labels are the same either way (tests/test_distill.py)."""
     out = [] if out is None else out
     device = next(model.parameters()).device
     pad = next(iter(sorted(eos_ids))) if eos_ids else 0
@@ -74,7 +79,16 @@ def answer(model, tokenizer, prompts: list[str], *, eos_ids: frozenset[int], max
         for i, c in enumerate(chunk):  # left padding
             ids[i, width - len(c):] = torch.tensor(c)
             mask[i, width - len(c):] = 1
-        torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        batch_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
+        if batchgen.supported(model):
+            res = batchgen.generate(model, chunk, max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad=pad, topk=topk,
+                                    temperature=temperature, generator=torch.Generator(device).manual_seed(batch_seed))
+            for c, (reply, top_ids, top_logp) in zip(chunk, res):
+                out.append(Sample(c, reply, top_ids, top_logp, temperature))
+                tokens += len(reply)
+            yield DataProgress(split, min(b0 + batch, len(prompts)), len(prompts), tokens, time.perf_counter() - t0)
+            continue
+        torch.manual_seed(batch_seed)
         kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
             dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         res = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,

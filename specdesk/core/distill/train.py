@@ -89,6 +89,7 @@ class Trainer:
         self.cfg = cfg
         self.work = work
         self.device = device
+        self.bf16 = next(target.model.parameters()).dtype == torch.bfloat16
         self.train = [s for name in work.train_shards() for s in work.load_shard(name) if s.reply]
         self.held = [s for s in work.load_shard("held-out") if s.reply]
         self.train_tokens = sum(len(s.reply) for s in self.train)
@@ -153,6 +154,8 @@ class Trainer:
     def _autocast(self):
         if self.device.startswith("cuda"):
             return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.bf16:  # the target (whose embeddings and head the draft borrows, frozen) answered in bfloat16
+            return torch.autocast("cpu", dtype=torch.bfloat16)
         import contextlib
 
         return contextlib.nullcontext()
