@@ -5,6 +5,8 @@
                                                              # the draft's top-1..5 agreement, simulated tree tokens/pass
     python devscripts/smollm2_costs.py heads [--gguf PATH]      # q4 target: a pass over 1/2/4/5 positions with its 8-bit
                                                              # head (int4.Q8Linear) and with a bfloat16 head, A/B
+    python devscripts/smollm2_costs.py rows [--gguf PATH]       # q4 target's 8-bit head by row count: one kernel call
+                                                             # against its measured split (int4.row_plan), A/B
     python devscripts/smollm2_costs.py same-prompts [--target-quant q4]
                                                              # specdesk on llamacpp_prompts.json's ids (run right
                                                              # before devscripts/llamacpp_compare.py)
@@ -131,6 +133,30 @@ def heads(args) -> None:
                       "chat_replies_part_at_token": parted}, indent=1))
 
 
+def rows(args) -> None:
+    """The q8 head by row count, one kernel call against the split the head measures for itself (int4.row_plan),
+    and whole q4 passes of 1..6 positions with each (alternating, two rounds)."""
+    model = load_model(args.gguf, quant="q4", device="cpu").model
+    q8 = model.lm_head
+    split, whole = q8.split_call(), q8.kernel_call()
+    alone = {}
+    for n in range(1, 10):
+        h = torch.randn(n, q8.in_features).bfloat16()
+        alone[n] = {"one call": round(_ms(lambda: whole(h), 30, 7), 2), "split": round(_ms(lambda: split(h), 30, 7), 2)}
+    ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
+    dec = fastdraft.LeanDecoder(model, 1024)
+    dec.forward(ids[:300])
+    passes = {}
+    for _ in range(2):
+        for n in range(1, 7):
+            for name, head in (("one call", whole), ("split", split)):
+                dec.head = head
+                ms = _ms(lambda: dec.forward(ids[300:300 + n], every=True), 20, 5, lambda: dec.crop(300))
+                passes.setdefault(f"{n} positions, {name}", []).append(round(ms, 2))
+    print(json.dumps({"plan": {n: list(v) for n, v in q8._row_plan.items()}, "ms_head_alone": alone,
+                      "ms_per_pass_two_rounds": passes}, indent=1))
+
+
 def same_prompts(args) -> None:
     prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:4]
     engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant=args.target_quant)
@@ -154,14 +180,14 @@ def same_prompts(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("passes", "trees", "heads", "same-prompts"))
+    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts"))
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
     ap.add_argument("--held-out", type=Path)
     ap.add_argument("--target-quant", default="none", help="same-prompts: the target's quantization (q4: core/int4.py)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    {"passes": passes, "trees": trees, "heads": heads, "same-prompts": same_prompts}[args.what](args)
+    {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -100,6 +100,32 @@ def test_a_q8_0_head_keeps_the_files_codes_and_each_row_is_the_same_alone():
     assert int4.stored(nn.Sequential(q)) == (192 * 128, 192 * 128 + 2 * 2 * 2 * 192 * 128 // 32)
 
 
+def test_a_row_plan_splits_only_where_the_calls_add_up_to_less():
+    # the Q8 head's costs on 2 AMX cores (ms): a jump at 5 rows, where the kernel takes another path
+    cost = {1: 1.5, 2: 1.6, 3: 2.3, 4: 2.4, 5: 5.6, 6: 5.8, 7: 6.0, 8: 6.1}
+    plan = int4.row_plan(cost)
+    assert sorted(plan[5]) == [1, 4] and sorted(plan[6]) == [2, 4] and sorted(plan[8]) == [4, 4]
+    assert sorted(plan[7]) == [3, 4]  # 4.7 ms against 6.0
+    assert all(n not in plan for n in (1, 2, 3, 4))
+    assert int4.row_plan({n: 1.0 for n in range(1, 9)}) == {}  # flat: one call always wins
+    assert 5 not in int4.row_plan({**cost, 5: 0.95 * (1.5 + 2.4)})  # a gain under 10% is not taken
+
+
+def test_a_split_head_gives_one_calls_output_bit_for_bit():
+    w, _, _ = q8_0_grid(192, 128)
+    lin = nn.Linear(128, 192, bias=False)
+    lin.weight.data.copy_(w)
+    q = int4.Q8Linear.from_linear(lin)
+    q._row_plan = {5: (4, 1), 3: (1, 1, 1)}
+    split, whole = q.split_call(), q.kernel_call()
+    for n in (1, 3, 5, 6):
+        x = torch.randn(n, 128).bfloat16()
+        assert torch.equal(split(x), whole(x))
+    measured = int4.Q8Linear.from_linear(lin)
+    measured.split_call()
+    assert set(measured._row_plan) <= set(range(2, int4.SPLIT_ROWS + 1))  # measured once, kept on the module
+
+
 @pytest.fixture(scope="module")
 def q4_pair(models_dir):
     # kv heads = heads so q/k/v all have 64 outputs and join up; intermediate 128 joins gate/up
