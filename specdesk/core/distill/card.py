@@ -14,7 +14,10 @@ def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path
     curve = "\n".join(f"| {s} | {t / 60:.1f} | {a:.3f} | {p:.2f} |" for s, t, a, p in trainer.curve)
     per_pos = ", ".join(f"{p:.2f}" for p in trainer.per_position)
     held_greedy = sum(1 for s in trainer.held)
-    sampled = sum(1 for s in trainer.train if s.temperature > 0)
+    temps: dict[float, int] = {}
+    for s in trainer.train:
+        temps[s.temperature] = temps.get(s.temperature, 0) + 1
+    sampled = ", ".join(f"{n} at temperature {t:g}" for t, n in sorted(temps.items()) if t > 0) or "none sampled"
     text = f"""---
 library_name: transformers
 tags: [speculative-decoding, draft-model, specdesk]
@@ -42,8 +45,8 @@ whole head):
     {cfg.command or "(from the Python API)"}
 
 - Data: the target's own replies to {len(trainer.train)} chat prompts written from templates in
-  `specdesk/core/distill/prompts.py` (coding, rewriting, explaining, lists, questions; {sampled} replies sampled
-  at temperature 0.7, the rest greedy), at most {cfg.max_new_tokens} new tokens each: {trainer.train_tokens} reply
+  `specdesk/core/distill/prompts.py` (coding, rewriting, explaining, lists, questions; replies {sampled},
+  the rest greedy), at most {cfg.max_new_tokens} new tokens each: {trainer.train_tokens} reply
   tokens, with the target's top-{cfg.topk} distribution at every position. Held out: {held_greedy} prompts on
   subjects no training prompt uses (greedy replies, {trainer.held_tokens} tokens). Seed {cfg.seed}.
 - Loss: forward KL to the target's top-{cfg.topk} distribution (restricted to the head's tokens), on reply

@@ -15,7 +15,6 @@ Cancellation is a ``threading.Event`` checked between batches and steps (a check
 from __future__ import annotations
 
 import hashlib
-import platform
 import threading
 import time
 import zlib
@@ -200,12 +199,13 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
 
     # ---- the draft folder
     from specdesk.core.distill.card import write_card
+    from specdesk.hw.cpu import cpu_description
     from specdesk.core.distill.draft import save_draft
 
     yield DistillEvent("write", f"writing {out}")
     save_draft(trainer.draft, out, target, head_ids=trainer.head_ids, target_sha256=sha, target_source=source)
     write_card(out, cfg, trainer, target_name=target.name, target_source=source, target_sha256=sha,
-               cpu=platform.processor() or platform.machine(), torch_threads=torch.get_num_threads())
+               cpu=cpu_description(), torch_threads=torch.get_num_threads())
     from specdesk.core import userdirs
 
     userdirs.add_folder(out.resolve())  # listed by `specdesk models` and offered first for its target
