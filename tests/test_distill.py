@@ -117,7 +117,7 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
 
 
 def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(distilled, distill_target):
-    """A distilled draft follows a q4 target (core/int4.py): 4-bit layers and reduced head, the planner's bytes
+    """A distilled draft follows a q4 target (core/int4.py): 4-bit layers, an 8-bit reduced head, the planner's bytes
     equal to the load, and greedy output equal to plain decoding of the same q4 target."""
     import specdesk
     from specdesk.core import int4
@@ -127,7 +127,7 @@ def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(dist
     spec = specdesk.load(str(distill_target), str(out), device="cpu", target_quant="q4")
     plain = specdesk.load(str(distill_target), drafter="none", device="cpu", target_quant="q4")
     d = spec.draft
-    assert d.quant == "q4" and type(d.model.lm_head) is int4.Int4Linear
+    assert d.quant == "q4" and type(d.model.lm_head) is int4.Q8Linear
     assert type(d.model.model.layers[0].mlp.down_proj) is int4.Int4Linear
     assert d.model.get_input_embeddings().weight.data_ptr() == spec.target.model.get_input_embeddings().weight.data_ptr()
     p = plan(str(distill_target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,

@@ -94,10 +94,11 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
     if spec.method == "q4" and a.uses_lean_path:
         copies = BF16 * 2 * (a.lean_fused_params // Q4_GROUP)  # int4.quantize_model: the joined layers' own scales
     kept = a.kept_params * b
-    if spec.method == "q4" and a.own_head is not None:  # a distilled draft of a q4 target: its head in 4 bits too
+    if spec.method == "q4" and a.own_head is not None:  # a distilled draft of a q4 target: its head in 8 bits
         rows, hidden = a.own_head
-        quantized += linear_weight_bytes(rows * hidden, rows, spec, b, hidden)
-        kept -= rows * hidden * b
+        if q4_fits(rows, hidden):
+            quantized += q8_weight_bytes(rows, hidden)
+            kept -= rows * hidden * b
     if spec.method == "q4" and a.head is not None and q4_fits(*a.head):  # a model's own head: 8-bit codes
         rows, hidden = a.head
         quantized += q8_weight_bytes(rows, hidden)
