@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specdesk.core.distill.layers import head_shape, rotary_qkv
 from specdesk.core.sampling import sample
 
 
@@ -25,9 +26,15 @@ def supported(model) -> bool:
     return unsupported_reason(model) is None
 
 
-def _rotate_half(t: torch.Tensor) -> torch.Tensor:
-    a, b = t.chunk(2, dim=-1)
-    return torch.cat([-b, a], dim=-1)
+def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts right-aligned in one (B, longest) tensor of ids, and its (B, longest) mask (1 on real tokens)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
 
 
 @torch.inference_mode()
@@ -36,21 +43,14 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_ids: f
              ) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """Per prompt: (reply up to and including its end token, top-k ids (n, topk) int32, their log-probabilities
     (n, topk) float16) where position j's labels are the target's distribution for reply token j."""
-    cfg = model.config
     inner = model.model
     device = inner.embed_tokens.weight.device
     dtype = inner.embed_tokens.weight.dtype
-    nh = cfg.num_attention_heads
-    nkv = getattr(cfg, "num_key_value_heads", None) or nh
-    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+    shape = nh, nkv, hd = head_shape(model.config)
     layers = list(inner.layers)
-    B, P = len(prompts), max(len(p) for p in prompts)
-    L = P + max_new_tokens
-    ids = torch.full((B, P), pad, dtype=torch.long)
-    pads = torch.tensor([P - len(p) for p in prompts])
-    for b, p in enumerate(prompts):
-        ids[b, P - len(p):] = torch.tensor(p)
-    ids, pads = ids.to(device), pads.to(device)
+    ids, mask = left_pad(prompts, pad)
+    (B, P), L = ids.shape, ids.shape[1] + max_new_tokens
+    ids, pads = ids.to(device), (P - mask.sum(1)).to(device)
     cols = torch.arange(L, device=device)
     key_ok = cols[None, :] >= pads[:, None]  # (B, L): pads are never keys
     kc = [torch.zeros(B, nkv, L, hd, dtype=dtype, device=device) for _ in layers]
@@ -69,12 +69,7 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_ids: f
         mask = mask[:, None]  # (B, 1, n, end)
         for li, layer in enumerate(layers):
             att = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = att.q_proj(h).view(B, n, nh, hd).transpose(1, 2)
-            k = att.k_proj(h).view(B, n, nkv, hd).transpose(1, 2)
-            v = att.v_proj(h).view(B, n, nkv, hd).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k, v = rotary_qkv(att, layer.input_layernorm(x), cos, sin, shape)
             kc[li][:, :, start:end] = k
             vc[li][:, :, start:end] = v
             if n == 1:  # one query a row: plain batched products (sdpa's CPU kernel took ~0.8 ms a layer at B=64)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from specdesk.core.distill.draft import FC, build_eagle
+from specdesk.core.distill.layers import head_shape, rotary_qkv
 from specdesk.core.distill.train import Trainer, greedy_passes
 
 
@@ -46,17 +47,10 @@ def target_features(target_model, samples) -> list[torch.Tensor]:
     return out
 
 
-def _rotate_half(t: torch.Tensor) -> torch.Tensor:
-    a, b = t.chunk(2, dim=-1)
-    return torch.cat([-b, a], dim=-1)
-
-
 def unrolled_logits(draft, feats: torch.Tensor, toks: torch.Tensor, steps: int):
     """feats (B, N, H): f_j; toks (B, N): S[j+1] (padded). Returns per step s = 1..steps the head's logits
     (B, N, K) of row j's s-th draft (predicting S[j+s+1]), and step 1's feature estimates (B, N, H)."""
-    cfg = draft.config
-    nh, nkv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // nh
+    shape = nh, nkv, hd = head_shape(draft.config)
     scale = hd ** -0.5
     emb = draft.model.embed_tokens.weight
     fc = getattr(draft, FC)
@@ -72,12 +66,7 @@ def unrolled_logits(draft, feats: torch.Tensor, toks: torch.Tensor, steps: int):
         cos, sin = cos[:, None], sin[:, None]
         for li, layer in enumerate(layers):
             att, mlp = layer.self_attn, layer.mlp
-            h = layer.input_layernorm(x)
-            q = att.q_proj(h).view(B, N, nh, hd).transpose(1, 2)
-            k = att.k_proj(h).view(B, N, nkv, hd).transpose(1, 2)
-            v = att.v_proj(h).view(B, N, nkv, hd).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k, v = rotary_qkv(att, layer.input_layernorm(x), cos, sin, shape)
             keys[li].append(k.repeat_interleave(nh // nkv, dim=1))
             values[li].append(v.repeat_interleave(nh // nkv, dim=1))
             ks, vs = keys[li], values[li]
