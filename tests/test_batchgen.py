@@ -75,3 +75,14 @@ def test_more_replies_than_prompts_answers_them_again_sampled():
     assert [p for _, ps, _ in jobs[6:] for p in ps] == prompts[:5] and {t for _, _, t in jobs[6:]} == {1.0}
     assert training_jobs(prompts, 6, batch=4, sampled_every=2) == [("train-00000", prompts[:4], 0.0),
                                                                    ("train-00001", prompts[4:6], 0.7)]
+
+
+def test_generate_answers_a_model_batchgen_cannot_run_the_same_way(gqa_target):
+    from specdesk.core.distill import batchgen, data
+
+    # the fallback for other architectures, held to the batched loop on a model both can run
+    want = batchgen.generate(gqa_target, PROMPTS, max_new_tokens=10, eos_ids=frozenset(), pad=0, topk=8)
+    got = data._generate(gqa_target, PROMPTS, max_new_tokens=10, eos_ids=frozenset(), pad=0, topk=8, temperature=0.0)
+    for (reply, ids, lp), (reply2, ids2, lp2) in zip(want, got):
+        assert reply == reply2 and len(reply) == 10 and torch.equal(ids, ids2)
+        assert torch.allclose(lp.float(), lp2.float(), atol=2e-3, rtol=1e-3)  # both rounded to float16: one ulp

@@ -64,7 +64,7 @@ def answer(model, tokenizer, prompts: list[str], *, eos_ids: frozenset[int], max
     """Let the target answer ``prompts`` in batches; append a :class:`Sample` per prompt to ``out``.
 
     A Llama-shaped target answers through :mod:`batchgen` (~4x faster than ``generate`` on the CPU); others through
-    ``generate``. Greedy replies and labels are the same either way (tests/test_distill.py)."""
+    ``generate``. Greedy replies and labels are the same either way (tests/test_batchgen.py)."""
     out = [] if out is None else out
     device = next(model.parameters()).device
     pad = next(iter(sorted(eos_ids))) if eos_ids else 0
@@ -73,36 +73,36 @@ def answer(model, tokenizer, prompts: list[str], *, eos_ids: frozenset[int], max
     gen = torch.Generator(device="cpu").manual_seed(seed)
     for b0 in range(0, len(prompts), batch):
         chunk = [chat_ids(tokenizer, p) for p in prompts[b0:b0 + batch]]
-        width = max(len(c) for c in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        for i, c in enumerate(chunk):  # left padding
-            ids[i, width - len(c):] = torch.tensor(c)
-            mask[i, width - len(c):] = 1
         batch_seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen))
         if batchgen.supported(model):
             res = batchgen.generate(model, chunk, max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad=pad, topk=topk,
                                     temperature=temperature, generator=torch.Generator(device).manual_seed(batch_seed))
-            for c, (reply, top_ids, top_logp) in zip(chunk, res):
-                out.append(Sample(c, reply, top_ids, top_logp, temperature))
-                tokens += len(reply)
-            yield DataProgress(split, min(b0 + batch, len(prompts)), len(prompts), tokens, time.perf_counter() - t0)
-            continue
-        torch.manual_seed(batch_seed)
-        kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
-            dict(do_sample=False, temperature=None, top_k=None, top_p=None)
-        res = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
-                             eos_token_id=sorted(eos_ids) or None, pad_token_id=pad, output_logits=True,
-                             return_dict_in_generate=True, **kw)
-        new = res.sequences[:, width:].cpu()
-        logits = torch.stack(res.logits, dim=1)  # (B, new, V) raw logits at each generated position
-        for i, c in enumerate(chunk):
-            reply = new[i].tolist()
-            end = next((j + 1 for j, t in enumerate(reply) if t in eos_ids), len(reply))
-            reply = reply[:end]
-            lp = logits[i, :end].float().log_softmax(-1)
-            vals, idx = lp.topk(topk, dim=-1)
-            out.append(Sample(c, reply, idx.to(torch.int32).cpu(), vals.to(torch.float16).cpu(), temperature))
+        else:
+            torch.manual_seed(batch_seed)
+            res = _generate(model, chunk, max_new_tokens=max_new_tokens, eos_ids=eos_ids, pad=pad, topk=topk,
+                            temperature=temperature)
+        for c, (reply, top_ids, top_logp) in zip(chunk, res):
+            out.append(Sample(c, reply, top_ids, top_logp, temperature))
             tokens += len(reply)
-        del res, logits
         yield DataProgress(split, min(b0 + batch, len(prompts)), len(prompts), tokens, time.perf_counter() - t0)
+
+
+def _generate(model, chunk: list[list[int]], *, max_new_tokens: int, eos_ids: frozenset[int], pad: int, topk: int,
+              temperature: float) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """As :func:`batchgen.generate`, through Hugging Face's ``generate`` (any architecture)."""
+    device = next(model.parameters()).device
+    ids, mask = batchgen.left_pad(chunk, pad)
+    kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
+        dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+    res = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,
+                         eos_token_id=sorted(eos_ids) or None, pad_token_id=pad, output_logits=True,
+                         return_dict_in_generate=True, **kw)
+    new = res.sequences[:, ids.shape[1]:].cpu()
+    logits = torch.stack(res.logits, dim=1)  # (B, new, V) raw logits at each generated position
+    out = []
+    for i in range(len(chunk)):
+        reply = new[i].tolist()
+        end = next((j + 1 for j, t in enumerate(reply) if t in eos_ids), len(reply))
+        vals, idx = logits[i, :end].float().log_softmax(-1).topk(topk, dim=-1)
+        out.append((reply[:end], idx.to(torch.int32).cpu(), vals.to(torch.float16).cpu()))
+    return out
