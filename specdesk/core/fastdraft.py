@@ -79,10 +79,12 @@ def sliding_window(model) -> int | None:
 
 def _call(lin, dec: LeanDecoder):
     """A function x -> lin(x): the weights of a plain layer (no module hooks; few-row products up to
-    ``dec.few_rows``, core/fewrows.py), else the module."""
+    ``dec.few_rows``, core/fewrows.py), a q4/q8 layer's kernel, else the module."""
     if _plain(lin):
         w, b = lin.weight, lin.bias
         return lambda x: fewrows.linear(x, w, b, dec.few_rows)
+    if type(lin) is int4.Q8Linear:  # a q4 target's head: a few rows over several calls where faster (measured once)
+        return lin.split_call()
     if isinstance(lin, int4.Int4Linear):
         return lin.kernel_call()
     return lin
@@ -110,8 +112,6 @@ class LeanDecoder:
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
         self.head = _call(model.lm_head, self)  # a plain head through fewrows.linear, a q4/q8 one its kernel
-        if type(model.lm_head) is int4.Q8Linear and model.lm_head.bias is None:
-            self.head = model.lm_head.split_call()  # a few rows over several calls where faster (measured once)
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype

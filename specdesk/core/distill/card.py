@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 
@@ -14,9 +15,7 @@ def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path
     curve = "\n".join(f"| {s} | {t / 60:.1f} | {a:.3f} | {p:.2f} |" for s, t, a, p in trainer.curve)
     per_pos = ", ".join(f"{p:.2f}" for p in trainer.per_position)
     held_greedy = sum(1 for s in trainer.held)
-    temps: dict[float, int] = {}
-    for s in trainer.train:
-        temps[s.temperature] = temps.get(s.temperature, 0) + 1
+    temps = Counter(s.temperature for s in trainer.train)
     sampled = ", ".join(f"{n} at temperature {t:g}" for t, n in sorted(temps.items()) if t > 0) or "none sampled"
     text = f"""---
 library_name: transformers
