@@ -29,22 +29,20 @@ from specdesk.core.distill.train import Trainer, greedy_passes
 
 @torch.inference_mode()
 def target_features(target_model, samples) -> list[torch.Tensor]:
-    """The target's final hidden state (after its final norm) at every position of prompt + reply, float16."""
-    from specdesk.core.fastdraft import LeanDecoder, unsupported_reason
-
+    """The target's final hidden state (after its final norm, what its head reads) at every position of prompt +
+    reply, float16: one batched teacher-forced pass, right-padded (a causal model's real positions never see the
+    padding after them). Batched by 16, SmolLM2 in bfloat16 gives ~22 replies/s on 2 Xeon cores; one lean decoder per reply
+    managed 1-8 and grew its memory to 24 GiB by 800 replies."""
     device = next(target_model.parameters()).device
-    lean = unsupported_reason(target_model) is None
-    out = []
-    for s in samples:
-        ids = torch.tensor(s.prompt + s.reply, dtype=torch.long, device=device)
-        if lean:
-            dec = LeanDecoder(target_model, ids.numel(), keep_hidden=True)
-            dec.forward(ids, every=False)
-            h = dec.hidden
-        else:
-            h = target_model.model(input_ids=ids[None]).last_hidden_state[0]
-        out.append(h.to("cpu", torch.float16))
-    return out
+    seqs = [s.prompt + s.reply for s in samples]
+    width = max(len(q) for q in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    mask = torch.zeros(len(seqs), width, dtype=torch.long)
+    for i, q in enumerate(seqs):
+        ids[i, :len(q)] = torch.tensor(q)
+        mask[i, :len(q)] = 1
+    h = target_model.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
+    return [h[i, :len(q)].to("cpu", torch.float16).clone() for i, q in enumerate(seqs)]
 
 
 def unrolled_logits(draft, feats: torch.Tensor, toks: torch.Tensor, steps: int):

@@ -210,8 +210,8 @@ class _Config:
         if self.cuda and (t_q4 or self.draft_quant.method == "q4"):
             raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
         borrowing = self.draft is not None and self.draft.borrows
-        if t_q4 and borrowing and not self.draft.eagle:
-            self.draft_quant = QuantSpec("q4")  # a distilled draft follows a q4 target (loading.load_borrowing_draft)
+        if t_q4 and borrowing:
+            self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4 target (loading)
         # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
         self.t_dtype = "bfloat16" if t_q4 else self.dtype
         self.d_dtype = "bfloat16" if self.draft_quant.method == "q4" else self.t_dtype if borrowing else self.dtype
