@@ -40,3 +40,23 @@ def test_a_rows_major_attention_output_gives_the_same_logits(tiny_model, monkeyp
     assert layouts and not all(layouts)  # the decoder really was handed non-contiguous outputs
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("few_rows", [None, 0])  # None: measured (the decoder times itself), 0: set
+def test_a_dropped_decoder_is_freed_at_once_not_at_the_next_garbage_collection(tiny_model, few_rows):
+    """Each generation starts a new decoder; a small model's holds fused copies of its weights. Its layers'
+    closures once held the decoder itself (a reference cycle), so every dropped one lived on until the garbage
+    collector's next full pass."""
+    import gc
+    import weakref
+
+    dec = LeanDecoder(tiny_model, 64, few_rows=few_rows)
+    assert dec.fused  # the fused copies are what a cycle would keep
+    dec.forward(torch.arange(3, 20), every=True)
+    gone = weakref.ref(dec)
+    gc.disable()
+    try:
+        del dec
+        assert gone() is None
+    finally:
+        gc.enable()

@@ -77,12 +77,23 @@ def sliding_window(model) -> int | None:
     return int(window) if window else None
 
 
-def _call(lin, dec: LeanDecoder):
+class _FewRows:
+    """A decoder's few-row limit, held apart so that its layers' closures do not hold the decoder itself (a
+    cycle would keep each generation's decoder, and a small model's fused weight copies, alive until the garbage
+    collector's next full pass)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def _call(lin, few: _FewRows):
     """A function x -> lin(x): the weights of a plain layer (no module hooks; few-row products up to
-    ``dec.few_rows``, core/fewrows.py), a q4/q8 layer's kernel, else the module."""
+    ``few.n``, core/fewrows.py), a q4/q8 layer's kernel, else the module."""
     if _plain(lin):
         w, b = lin.weight, lin.bias
-        return lambda x: fewrows.linear(x, w, b, dec.few_rows)
+        return lambda x: fewrows.linear(x, w, b, few.n)
     if type(lin) is int4.Q8Linear:  # a q4 target's head: a few rows over several calls where faster (measured once)
         return lin.split_call()
     if isinstance(lin, int4.Int4Linear):
@@ -101,7 +112,7 @@ class LeanDecoder:
 
     def __init__(self, model, capacity: int, fuse: bool | None = None, keep_hidden: bool = False,
                  few_rows: int | None = None) -> None:
-        self.few_rows = few_rows or 0
+        self._few = few = _FewRows(few_rows or 0)
         cfg = model.config
         inner = model.model
         self.n_heads = cfg.num_attention_heads
@@ -111,7 +122,7 @@ class LeanDecoder:
         self.eps = cfg.rms_norm_eps
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        self.head = _call(model.lm_head, self)  # a plain head through fewrows.linear, a q4/q8 one its kernel
+        self.head = _call(model.lm_head, few)  # a plain head through fewrows.linear, a q4/q8 one its kernel
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype
@@ -128,7 +139,7 @@ class LeanDecoder:
             gu = [mlp.gate_proj, mlp.up_proj]
             entry = {
                 "ln1": layer.input_layernorm.weight, "ln2": layer.post_attention_layernorm.weight,
-                "o": _call(att.o_proj, self), "down": _call(mlp.down_proj, self),
+                "o": _call(att.o_proj, few), "down": _call(mlp.down_proj, few),
                 "k": torch.zeros(1, self.n_kv, capacity, self.head_dim, device=device, dtype=dtype),
                 "v": torch.zeros(1, self.n_kv, capacity, self.head_dim, device=device, dtype=dtype),
             }
@@ -137,12 +148,12 @@ class LeanDecoder:
                 biases = [m.bias for m in qkv]
                 b_qkv = torch.cat(biases).detach() if biases[0] is not None else None
                 w_gu = torch.cat([m.weight for m in gu]).detach()
-                entry["qkv"] = [lambda x, w=w_qkv, b=b_qkv: fewrows.linear(x, w, b, self.few_rows)]
-                entry["gu"] = [lambda x, w=w_gu: fewrows.linear(x, w, None, self.few_rows)]
+                entry["qkv"] = [lambda x, w=w_qkv, b=b_qkv: fewrows.linear(x, w, b, few.n)]
+                entry["gu"] = [lambda x, w=w_gu: fewrows.linear(x, w, None, few.n)]
             else:
                 fq, fg = int4.fused(att), int4.fused(mlp)  # q4 layers joined when quantized (core/int4.py)
-                entry["qkv"] = [_call(m, self) for m in ([fq] if fq is not None else qkv)]
-                entry["gu"] = [_call(m, self) for m in ([fg] if fg is not None else gu)]
+                entry["qkv"] = [_call(m, few) for m in ([fq] if fq is not None else qkv)]
+                entry["gu"] = [_call(m, few) for m in ([fg] if fg is not None else gu)]
             self.layers.append(entry)
         # Rotary tables for every position of this generation, from the model's own rotary module.
         pos = torch.arange(capacity, device=device)[None]
@@ -161,6 +172,14 @@ class LeanDecoder:
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
+
+    @property
+    def few_rows(self) -> int:
+        return self._few.n
+
+    @few_rows.setter
+    def few_rows(self, n: int) -> None:
+        self._few.n = n
 
     def _rows(self, n: int, every: bool) -> bool:
         """Whether a pass of n positions attends position by position (bfloat16 on a CPU: see __init__)."""
