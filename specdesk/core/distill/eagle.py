@@ -31,8 +31,8 @@ from specdesk.core.distill.train import Trainer, greedy_passes
 def target_features(target_model, samples) -> list[torch.Tensor]:
     """The target's final hidden state (after its final norm, what its head reads) at every position of prompt +
     reply, float16: one batched teacher-forced pass, right-padded (a causal model's real positions never see the
-    padding after them). Batched by 16, SmolLM2 in bfloat16 gives ~22 replies/s on 2 Xeon cores; one lean decoder per reply
-    managed 1-8 and grew its memory to 24 GiB by 800 replies."""
+    padding after them). Batched by 16, SmolLM2 in bfloat16 gives ~22 replies/s on 2 Xeon cores, one lean decoder
+    per reply ~8."""
     device = next(target_model.parameters()).device
     seqs = [s.prompt + s.reply for s in samples]
     width = max(len(q) for q in seqs)
