@@ -244,3 +244,23 @@ def _own_tensors(out: Path) -> dict:
     hidden = t["model.norm.weight"].numel()
     t["lm_head.weight"] = torch.zeros(head_ids.numel(), hidden)
     return t
+
+
+def test_a_draft_quantization_asked_for_a_distilled_draft_is_not_applied_and_says_so(distilled, distill_target):
+    """A distilled draft follows its target (its tensors are the target's dtype, or 4-bit with a q4 target): an nf4
+    asked for it is not applied, the load says so, and the planner counts what is loaded, not nf4."""
+    import specdesk
+    from specdesk.core.plan.planner import plan
+
+    out, _ = distilled
+    said: list[str] = []
+    spec = specdesk.load(str(distill_target), str(out), device="cpu", draft_quant="nf4", progress=said.append)
+    assert spec.draft.quant == "none"
+    assert any("draft quantization nf4 not applied" in m for m in said)
+    kw = dict(device="cpu", context=256, recommend=False, budget_bytes=2**30)
+    asked = plan(str(distill_target), str(out), draft_quant="nf4", **kw)
+    assert asked.total_bytes == plan(str(distill_target), str(out), **kw).total_bytes
+    assert sum(r.bytes for r in asked.draft.rows[:2]) == spec.draft.weight_bytes
+    recs = plan(str(distill_target), str(out), draft_quant="nf4", device="cpu", context=256,
+                budget_bytes=2**30).recommendations
+    assert recs and not any(r.draft_quant != "none" for r in recs if r.drafter == "model")

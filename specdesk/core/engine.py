@@ -246,6 +246,9 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         from specdesk.core.distill.draft import borrow_info
 
         if borrow_info(resolve(draft)) is not None:  # a distilled draft: built on the target's embeddings
+            if draft_quant != "none":
+                say(f"draft quantization {draft_quant} not applied: a distilled draft follows its target's "
+                    f"(4-bit with a q4 target, else the target's dtype)")
             d = load_borrowing_draft(draft, t, progress=say)
         else:
             d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)

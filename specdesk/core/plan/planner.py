@@ -212,6 +212,8 @@ class _Config:
         borrowing = self.draft is not None and self.draft.borrows
         if t_q4 and borrowing:
             self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4 target (loading)
+        elif borrowing:
+            self.draft_quant = QuantSpec("none")  # and otherwise takes no quantization of its own (loading)
         # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
         self.t_dtype = "bfloat16" if t_q4 else self.dtype
         self.d_dtype = "bfloat16" if self.draft_quant.method == "q4" else self.t_dtype if borrowing else self.dtype
@@ -542,7 +544,7 @@ def recommendations(target: ModelAnalysis, drafts: Sequence[str], candidates: Se
     options: list[tuple[str, str | None, ModelAnalysis | None, QuantSpec]] = []
     for name, a in draft_models:
         for spec in d_specs:
-            if a.prequantized and spec.method != "none":
+            if (a.prequantized or a.borrows) and spec.method != "none":  # quantized already, or follows its target
                 continue
             options.append(("model", name, a, spec))
     options += [("ngram", None, None, QuantSpec("none")), ("none", None, None, QuantSpec("none"))]
