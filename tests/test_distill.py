@@ -116,21 +116,20 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
     assert drafted > 0
 
 
-def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(distilled, distill_target):
-    """A distilled draft follows a q4 target (core/int4.py): 4-bit layers, an 8-bit reduced head, the planner's bytes
-    equal to the load, and greedy output equal to plain decoding of the same q4 target."""
+def check_follows_a_q4_target(target, out):
+    """Loads ``out`` (a distilled draft or EAGLE head) on ``target`` quantized q4 and checks what a follower of a q4
+    target must be: 4-bit layers, an 8-bit head, the planner's bytes equal to the load, greedy output equal to plain
+    decoding of the same q4 target at k = 1, 4 and auto with drafts made. Returns the engine."""
     import specdesk
     from specdesk.core import int4
     from specdesk.core.plan.planner import plan
 
-    out, _ = distilled
-    spec = specdesk.load(str(distill_target), str(out), device="cpu", target_quant="q4")
-    plain = specdesk.load(str(distill_target), drafter="none", device="cpu", target_quant="q4")
+    spec = specdesk.load(str(target), str(out), device="cpu", target_quant="q4")
+    plain = specdesk.load(str(target), drafter="none", device="cpu", target_quant="q4")
     d = spec.draft
     assert d.quant == "q4" and type(d.model.lm_head) is int4.Q8Linear
     assert type(d.model.model.layers[0].mlp.down_proj) is int4.Int4Linear
-    assert d.model.get_input_embeddings().weight.data_ptr() == spec.target.model.get_input_embeddings().weight.data_ptr()
-    p = plan(str(distill_target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,
+    p = plan(str(target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,
              budget_bytes=2**30)
     assert sum(r.bytes for r in p.draft.rows[:2]) == d.weight_bytes
     drafted = 0
@@ -141,6 +140,16 @@ def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(dist
             assert got.token_ids == want, (prompt, k)
             drafted += got.stats.drafted
     assert drafted > 0
+    return spec
+
+
+def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(distilled, distill_target):
+    """A distilled draft follows a q4 target (core/int4.py): 4-bit layers, an 8-bit reduced head, the planner's bytes
+    equal to the load, and greedy output equal to plain decoding of the same q4 target."""
+    out, _ = distilled
+    spec = check_follows_a_q4_target(distill_target, out)
+    assert (spec.draft.model.get_input_embeddings().weight.data_ptr()
+            == spec.target.model.get_input_embeddings().weight.data_ptr())
 
 
 def test_sampled_proposals_put_no_mass_outside_the_head(engines):

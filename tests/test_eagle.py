@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_distill import PROMPTS, small_config
+from test_distill import PROMPTS, check_follows_a_q4_target, small_config
 
 
 @pytest.fixture(scope="module")
@@ -173,26 +173,8 @@ def test_the_planner_counts_an_eagle_head_and_its_hidden_states_exactly(eagle, e
 def test_with_a_q4_target_the_eagle_head_goes_4_bit_and_output_stays_the_targets(eagle, eagle_target):
     """An EAGLE head follows a q4 target as a draft does (4-bit layer, 8-bit head rows, bfloat16 fusion layer): the
     planner's bytes equal the load, and greedy output equals plain decoding of the same q4 target."""
-    import specdesk
-    from specdesk.core import int4
     from specdesk.core.eagle import EagleDrafter
-    from specdesk.core.plan.planner import plan
 
     out, _ = eagle
-    spec = specdesk.load(str(eagle_target), str(out), device="cpu", target_quant="q4")
-    plain = specdesk.load(str(eagle_target), drafter="none", device="cpu", target_quant="q4")
-    d = spec.draft
+    spec = check_follows_a_q4_target(eagle_target, out)
     assert isinstance(spec._drafter("model"), EagleDrafter)
-    assert d.quant == "q4" and type(d.model.lm_head) is int4.Q8Linear
-    assert type(d.model.model.layers[0].mlp.down_proj) is int4.Int4Linear
-    p = plan(str(eagle_target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,
-             budget_bytes=2**30)
-    assert sum(r.bytes for r in p.draft.rows[:2]) == d.weight_bytes
-    drafted = 0
-    for prompt in PROMPTS:
-        want = plain.generate(prompt, max_new_tokens=40).token_ids
-        for k in (1, 4, "auto"):
-            got = spec.generate(prompt, max_new_tokens=40, k=k)
-            assert got.token_ids == want, (prompt, k)
-            drafted += got.stats.drafted
-    assert drafted > 0
