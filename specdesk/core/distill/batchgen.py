@@ -26,14 +26,16 @@ def supported(model) -> bool:
     return unsupported_reason(model) is None
 
 
-def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Prompts right-aligned in one (B, longest) tensor of ids, and its (B, longest) mask (1 on real tokens)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+def pad_rows(rows: list[list[int]], pad: int = 0, *, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ids in one (B, longest) tensor, right-aligned (``left`` padding: prompts to continue) or left-aligned
+    (sequences read causally), and its (B, longest) mask (1 on real tokens)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        cols = slice(width - len(r), width) if left else slice(0, len(r))
+        ids[i, cols] = torch.tensor(r, dtype=torch.long)
+        mask[i, cols] = 1
     return ids, mask
 
 
@@ -48,7 +50,7 @@ def generate(model, prompts: list[list[int]], *, max_new_tokens: int, eos_ids: f
     dtype = inner.embed_tokens.weight.dtype
     shape = nh, nkv, hd = head_shape(model.config)
     layers = list(inner.layers)
-    ids, mask = left_pad(prompts, pad)
+    ids, mask = pad_rows(prompts, pad, left=True)
     (B, P), L = ids.shape, ids.shape[1] + max_new_tokens
     ids, pads = ids.to(device), (P - mask.sum(1)).to(device)
     cols = torch.arange(L, device=device)

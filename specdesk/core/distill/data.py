@@ -91,7 +91,7 @@ def _generate(model, chunk: list[list[int]], *, max_new_tokens: int, eos_ids: fr
               temperature: float) -> list[tuple[list[int], torch.Tensor, torch.Tensor]]:
     """As :func:`batchgen.generate`, through Hugging Face's ``generate`` (any architecture)."""
     device = next(model.parameters()).device
-    ids, mask = batchgen.left_pad(chunk, pad)
+    ids, mask = batchgen.pad_rows(chunk, pad, left=True)
     kw = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else \
         dict(do_sample=False, temperature=None, top_k=None, top_p=None)
     res = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=max_new_tokens,

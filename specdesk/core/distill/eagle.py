@@ -22,6 +22,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 
+from specdesk.core.distill.batchgen import pad_rows
 from specdesk.core.distill.draft import FC, build_eagle
 from specdesk.core.distill.layers import head_shape, rotary_qkv
 from specdesk.core.distill.train import Trainer, greedy_passes
@@ -35,12 +36,7 @@ def target_features(target_model, samples) -> list[torch.Tensor]:
     per reply ~8."""
     device = next(target_model.parameters()).device
     seqs = [s.prompt + s.reply for s in samples]
-    width = max(len(q) for q in seqs)
-    ids = torch.zeros(len(seqs), width, dtype=torch.long)
-    mask = torch.zeros(len(seqs), width, dtype=torch.long)
-    for i, q in enumerate(seqs):
-        ids[i, :len(q)] = torch.tensor(q)
-        mask[i, :len(q)] = 1
+    ids, mask = pad_rows(seqs, left=False)
     h = target_model.model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
     return [h[i, :len(q)].to("cpu", torch.float16).clone() for i, q in enumerate(seqs)]
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from specdesk.core.distill.batchgen import pad_rows
 from specdesk.core.distill.data import Sample
 from specdesk.core.distill.draft import build_draft, own_state
 
@@ -72,15 +73,8 @@ def choose_head(samples: list[Sample], size: int, vocab: int, always: set[int]) 
 
 def _batch(samples: list[Sample], device) -> tuple[torch.Tensor, torch.Tensor, list[tuple[int, int]]]:
     """Right-padded inputs (prompt + reply[:-1]), mask, and each row's (first label position, reply length)."""
-    rows = [s.prompt + s.reply[:-1] for s in samples]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    spans = []
-    for i, (r, s) in enumerate(zip(rows, samples)):
-        ids[i, :len(r)] = torch.tensor(r)
-        mask[i, :len(r)] = 1
-        spans.append((len(s.prompt) - 1, len(s.reply)))
+    ids, mask = pad_rows([s.prompt + s.reply[:-1] for s in samples], left=False)
+    spans = [(len(s.prompt) - 1, len(s.reply)) for s in samples]
     return ids.to(device), mask.to(device), spans
 
 
