@@ -48,9 +48,51 @@ def test_distill_kind_eagle_writes_a_one_layer_head_with_its_fusion_layer(eagle)
     assert cfg["specdesk"]["kind"] == "eagle-head" and cfg["num_hidden_layers"] == 1
     with safe_open(out / "model.safetensors", "pt") as f:
         assert tuple(f.get_slice("specdesk_fc.weight").get_shape()) == (64, 128)
-    assert (out / ".distill" / "features.pt").exists()
+    assert sorted(p.name for p in (out / ".distill" / "features").iterdir()) == ["held-00000.pt", "train-00000.pt"]
     losses = [e.loss for e in events if e.phase == "train" and e.loss is not None]
     assert losses[-1] < losses[0], losses  # it learns (the tiny target's random replies leave little to agree on)
+
+
+def test_features_are_kept_in_shards_that_a_cancelled_run_keeps(eagle_target, tmp_path, monkeypatch):
+    """Features go to disk a shard at a time: a run cancelled while computing them keeps the finished shards, the
+    resumed run computes only the rest, and what it reads back (memory-mapped) is what the target computes."""
+    import threading
+
+    from specdesk.core.distill.data import Sample
+    from specdesk.core.distill.eagle import EagleTrainer, target_features
+    from specdesk.core.distill.pipeline import data_dtype, distill
+    from specdesk.core.distill.workdir import WorkDir
+    from specdesk.core.loading import load_model
+
+    monkeypatch.setattr(EagleTrainer, "feature_shard", 16)  # 2 shards of training replies (32), 1 held-out
+    out = tmp_path / "head"
+    cancel = threading.Event()
+    seen = []
+    for ev in distill(small_config(eagle_target, out, kind="eagle", steps=4), cancel):
+        if ev.phase == "features":
+            seen.append(ev.fraction)
+            if len(seen) == 2:  # the held-out shard and the first training one are written by now
+                cancel.set()
+    folder = out / ".distill" / "features"
+    assert sorted(p.name for p in folder.iterdir()) == ["held-00000.pt", "train-00000.pt"]
+    assert not (out / "config.json").exists()
+
+    events = list(distill(small_config(eagle_target, out, kind="eagle", steps=4, resume=True)))
+    fractions = [e.fraction for e in events if e.phase == "features"]
+    assert fractions == [1.0], fractions  # only the last shard was computed
+    assert sorted(p.name for p in folder.iterdir()) == ["held-00000.pt", "train-00000.pt", "train-00001.pt"]
+    assert (out / "config.json").exists()
+
+    target = load_model(str(eagle_target), dtype=data_dtype("cpu"), device="cpu")  # as distill loads it
+    cfg = small_config(eagle_target, out, kind="eagle", steps=4, resume=True)
+    trainer = EagleTrainer(cfg, target, WorkDir(out), "cpu")
+    assert list(trainer.compute_features(target, threading.Event())) == []  # read back, none computed
+    for split, data in (("held", trainer.held), ("train", trainer.train)):
+        assert len(trainer.features[split]) == len(data)
+        # the last 16 replies: one batch as the run computed it (the last shard's)
+        want = target_features(target.model, [Sample(s.prompt, s.reply, None, None) for s in data[-16:]])
+        for got, w in zip(trainer.features[split][-16:], want):
+            assert torch.equal(got, w)
 
 
 def test_greedy_output_is_the_targets_with_an_eagle_head(engines):

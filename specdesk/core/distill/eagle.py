@@ -26,6 +26,7 @@ from specdesk.core.distill.batchgen import pad_rows
 from specdesk.core.distill.draft import FC, build_eagle
 from specdesk.core.distill.layers import head_shape, rotary_qkv
 from specdesk.core.distill.train import Trainer, greedy_passes
+from specdesk.core.errors import BadSetting
 
 
 @torch.inference_mode()
@@ -84,6 +85,7 @@ def unrolled_logits(draft, feats: torch.Tensor, toks: torch.Tensor, steps: int):
 
 class EagleTrainer(Trainer):
     steps_unrolled = 3
+    feature_shard = 512  # replies per cached features file
     reg_weight = 1.0
 
     def __init__(self, cfg, target, work, device: str) -> None:
@@ -113,24 +115,44 @@ class EagleTrainer(Trainer):
         return self.loss([self.train[i] for i in pick], [self.features["train"][i] for i in pick])
 
     def compute_features(self, target, cancel) -> Iterator[tuple[int, int]]:
-        """Load the cached features or compute them (yielding (done, total) samples); cached in the work folder."""
-        path = self.work.root / "features.pt"
-        if path.exists():
-            feats = torch.load(path, weights_only=False)
+        """Load the cached features or compute them (yielding (done, total) samples). Cached in the work folder
+        in shards of ``feature_shard`` replies, each written as soon as it is done (a cancelled run keeps them),
+        and read back memory-mapped: the page cache holds them, not the process (SmolLM2's 7,684 replies are
+        1.4 GB of features; an 8B target's hidden size makes that ~10 GB)."""
+        old = self.work.root / "features.pt"  # one file, as runs before the shards wrote it
+        if old.exists():
+            feats = torch.load(old, mmap=True, weights_only=False)
             if len(feats["train"]) == len(self.train) and len(feats["held"]) == len(self.held):
                 self.features = feats
                 return
+        folder = self.work.root / "features"
+        folder.mkdir(parents=True, exist_ok=True)
         total = len(self.train) + len(self.held)
-        feats: dict[str, list[torch.Tensor]] = {"train": [], "held": []}
-        for split, data in (("held", self.held), ("train", self.train)):
-            for b0 in range(0, len(data), 16):
+        per = self.feature_shard
+        shards = [(split, i, data[b:b + per]) for split, data in (("held", self.held), ("train", self.train))
+                  for i, b in enumerate(range(0, len(data), per))]
+        done = 0
+        for split, i, part in shards:
+            path = folder / f"{split}-{i:05d}.pt"
+            if path.exists():
+                done += len(part)
+                continue
+            feats: list[torch.Tensor] = []
+            for b0 in range(0, len(part), 16):
                 if cancel.is_set():
                     return
-                feats[split] += target_features(target.model, data[b0:b0 + 16])
-                yield len(feats["train"]) + len(feats["held"]), total
-        torch.save(feats, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
-        self.features = feats
+                feats += target_features(target.model, part[b0:b0 + 16])
+                yield done + len(feats), total
+            torch.save(feats, path.with_suffix(".tmp"))
+            path.with_suffix(".tmp").replace(path)
+            done += len(part)
+        self.features = {"held": [], "train": []}
+        for split, i, part in shards:
+            feats = torch.load(folder / f"{split}-{i:05d}.pt", mmap=True, weights_only=False)
+            if len(feats) != len(part):
+                raise BadSetting(f"{folder}: {split} shard {i} holds {len(feats)} replies' features, not "
+                                 f"{len(part)}; delete the folder to compute them again")
+            self.features[split] += feats
 
     def _inputs(self, samples, feats):
         """(B, N, H) features f_j, (B, N) tokens S[j+1], N = the longest sample's length - 1."""

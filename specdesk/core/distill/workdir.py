@@ -4,6 +4,7 @@
     <out>/.distill/data/held-out.pt     the target's greedy replies to the held-out prompts
     <out>/.distill/data/train-00000.pt  one shard per batch of training prompts (skipped when present)
     <out>/.distill/checkpoint.pt        the draft, optimiser and curve after the last checkpoint
+    <out>/.distill/features/train-00000.pt  an EAGLE head's: the target's hidden states, 512 replies a shard
 """
 
 from __future__ import annotations
