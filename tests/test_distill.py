@@ -88,6 +88,15 @@ def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):
     assert (out / ".distill" / "data" / "train-00001.pt").exists() and events[-1].step == 8
     with pytest.raises(BadSetting, match="fewer"):
         list(distill(small_config(distill_target, out, steps=9, train_prompts=16, resume=True)))
+    # a run begun with other templates (another specdesk) cannot be extended: its list would not go on
+    settings = out / ".distill" / "settings.json"
+    saved = json.loads(settings.read_text())
+    assert len(saved["prompt_set"]) == 16
+    settings.write_text(json.dumps({**saved, "prompt_set": "0" * 16}))
+    with pytest.raises(BadSetting, match="prompt templates"):
+        list(distill(small_config(distill_target, out, steps=9, train_prompts=48, resume=True)))
+    events = list(distill(small_config(distill_target, out, steps=9, train_prompts=32, resume=True)))
+    assert events[-1].step == 9  # the same prompts: resumes
 
 
 @pytest.fixture(scope="module")

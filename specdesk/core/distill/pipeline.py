@@ -53,6 +53,9 @@ class DistillConfig:
     def data_settings(self, target_sha256: str) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("out", "command", "resume")}
         d["target_sha256"] = target_sha256
+        from specdesk.core.distill.prompts import fingerprint
+
+        d["prompt_set"] = fingerprint()
         return d
 
 

@@ -46,6 +46,11 @@ class WorkDir:
             # answered shards stay valid (fewer would drop answered data: refused)
             if settings.get("train_prompts", 0) < old.get("train_prompts", 0):
                 diff.append("train_prompts (fewer than before)")
+            elif settings.get("train_prompts", 0) > old.get("train_prompts", 0) \
+                    and old.get("prompt_set") != settings.get("prompt_set"):
+                # another specdesk's templates give another list: its next prompts could repeat answered ones
+                diff.append("prompt templates (this specdesk writes other prompts than the run began with, so "
+                            "more train_prompts cannot extend its list)")
             if diff:
                 raise BadSetting(f"--resume: this run's {', '.join(diff)} differ from the run in {self.root} "
                                  f"(use the same settings, or another --out)")
