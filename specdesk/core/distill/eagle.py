@@ -125,16 +125,13 @@ class EagleTrainer(Trainer):
             if len(feats["train"]) == len(self.train) and len(feats["held"]) == len(self.held):
                 self.features = feats
                 return
-        folder = self.work.root / "features"
-        folder.mkdir(parents=True, exist_ok=True)
         total = len(self.train) + len(self.held)
         per = self.feature_shard
         shards = [(split, i, data[b:b + per]) for split, data in (("held", self.held), ("train", self.train))
                   for i, b in enumerate(range(0, len(data), per))]
         done = 0
         for split, i, part in shards:
-            path = folder / f"{split}-{i:05d}.pt"
-            if path.exists():
+            if self.work.features_path(split, i).exists():
                 done += len(part)
                 continue
             feats: list[torch.Tensor] = []
@@ -143,15 +140,14 @@ class EagleTrainer(Trainer):
                     return
                 feats += target_features(target.model, part[b0:b0 + 16])
                 yield done + len(feats), total
-            torch.save(feats, path.with_suffix(".tmp"))
-            path.with_suffix(".tmp").replace(path)
+            self.work.save_features(split, i, feats)
             done += len(part)
         self.features = {"held": [], "train": []}
         for split, i, part in shards:
-            feats = torch.load(folder / f"{split}-{i:05d}.pt", mmap=True, weights_only=False)
+            feats = self.work.load_features(split, i)
             if len(feats) != len(part):
-                raise BadSetting(f"{folder}: {split} shard {i} holds {len(feats)} replies' features, not "
-                                 f"{len(part)}; delete the folder to compute them again")
+                raise BadSetting(f"{self.work.features}: {split} shard {i} holds {len(feats)} replies' features, "
+                                 f"not {len(part)}; delete the folder to compute them again")
             self.features[split] += feats
 
     def _inputs(self, samples, feats):

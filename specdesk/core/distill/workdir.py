@@ -19,10 +19,18 @@ from specdesk.core.distill.data import Sample
 from specdesk.core.errors import BadSetting
 
 
+def _save(obj, path: Path) -> None:
+    """torch.save by way of a temporary file, so a stop midway never leaves a half-written file at ``path``."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
 class WorkDir:
     def __init__(self, out: Path) -> None:
         self.root = Path(out) / ".distill"
         self.data = self.root / "data"
+        self.features = self.root / "features"
 
     @property
     def settings_path(self) -> Path:
@@ -68,9 +76,7 @@ class WorkDir:
         return self.data / f"{name}.pt"
 
     def save_shard(self, name: str, samples: list[Sample]) -> None:
-        tmp = self.shard_path(name).with_suffix(".tmp")
-        torch.save([s.to_dict() for s in samples], tmp)
-        os.replace(tmp, self.shard_path(name))
+        _save([s.to_dict() for s in samples], self.shard_path(name))
 
     def load_shard(self, name: str) -> list[Sample]:
         return [Sample.from_dict(d) for d in torch.load(self.shard_path(name), weights_only=False)]
@@ -79,9 +85,18 @@ class WorkDir:
         return sorted(p.stem for p in self.data.glob("train-*.pt"))
 
     def save_checkpoint(self, state: dict) -> None:
-        tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.checkpoint_path)
+        _save(state, self.checkpoint_path)
+
+    def features_path(self, split: str, index: int) -> Path:
+        return self.features / f"{split}-{index:05d}.pt"
+
+    def save_features(self, split: str, index: int, feats: list[torch.Tensor]) -> None:
+        self.features.mkdir(parents=True, exist_ok=True)
+        _save(feats, self.features_path(split, index))
+
+    def load_features(self, split: str, index: int) -> list[torch.Tensor]:
+        """One features shard, memory-mapped (the page cache holds it, not the process)."""
+        return torch.load(self.features_path(split, index), mmap=True, weights_only=False)
 
     def load_checkpoint(self) -> dict | None:
         if not self.checkpoint_path.exists():
