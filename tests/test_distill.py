@@ -136,8 +136,8 @@ def check_follows_a_q4_target(target, out):
     spec = specdesk.load(str(target), str(out), device="cpu", target_quant="q4")
     plain = specdesk.load(str(target), drafter="none", device="cpu", target_quant="q4")
     d = spec.draft
-    assert d.quant == "q4" and type(d.model.lm_head) is int4.Q8Linear
-    assert type(d.model.model.layers[0].mlp.down_proj) is int4.Int4Linear
+    assert d.quant == "q4" and isinstance(d.model.lm_head, int4.Q8Linear)
+    assert isinstance(d.model.model.layers[0].mlp.down_proj, int4.Int4Linear)
     p = plan(str(target), str(out), target_quant="q4", device="cpu", context=256, recommend=False,
              budget_bytes=2**30)
     assert sum(r.bytes for r in p.draft.rows[:2]) == d.weight_bytes

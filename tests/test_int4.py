@@ -1,4 +1,5 @@
-"""The q4 quantization (core/int4.py): 4-bit codes in groups of 32 through torch's CPU int4 kernel.
+"""The q4 quantization (core/int4.py): 4-bit codes in groups of 32 through torch's CPU int4 kernel (where
+specdesk's own kernel builds, q4 models take that one: tests/test_own_kernels.py; here torch's is asked for).
 
 Checked: weights already on a Q4_1 grid get their codes back; each row of a product is the same whether it comes
 alone or with others (what makes a verify pass equal one-position steps in bfloat16); joined q/k/v codes give the
@@ -12,13 +13,31 @@ import torch
 from torch import nn
 
 import specdesk
-from specdesk.core import int4
+from specdesk.core import int4, kernels
 from specdesk.core.errors import BadSetting
 from specdesk.core.loading import load_model
 from specdesk.core.plan import QuantSpec, analyze, measure_weight_bytes, weight_bytes
 from tests.conftest import PROMPTS, make_llama
 
 pytestmark = pytest.mark.skipif(not int4.available(), reason="this torch has no CPU int4 kernel")
+
+
+@pytest.fixture(autouse=True)
+def torchs_kernel(monkeypatch, request):
+    """q4 models load onto torch's kernel here, even where specdesk's own builds (tests/test_own_kernels.py); the
+    tests taking ``which`` run on both."""
+    if "which" not in request.fixturenames:
+        monkeypatch.setenv(kernels.ENV, "torch")
+
+
+@pytest.fixture(params=["torch", "own"])
+def which(request, monkeypatch):
+    """torch's kernels (int4 products, attention one call a position) or specdesk's own (core/kernels)."""
+    if request.param == "torch":
+        monkeypatch.setenv(kernels.ENV, "torch")
+    elif not kernels.available():
+        pytest.skip(f"no own kernels here: {kernels.status()}")
+    return request.param
 
 
 def q4_1_grid(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,7 +202,8 @@ def test_the_planner_refuses_q4_on_a_gpu(q4_pair):
         plan(str(q4_pair[0]), None, drafter="none", target_quant="q4", device="cuda", context=256, recommend=False, budget_bytes=2**30)
 
 
-def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models_dir):
+@pytest.mark.parametrize("hidden", [64, 128])  # head_dim 16, and 32 (own kernel: AVX512-BF16 scores where there)
+def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models_dir, which, hidden):
     """Everything before the output head: the int4 layers, the attention (position by position in a pass that
     returns every position, LeanDecoder._rows), the norms and the rotary embedding give the same final hidden state
     to a position whether it comes alone or among k others, 70 included. (The head is row-invariant like the layers;
@@ -191,11 +211,12 @@ def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models
     cases differed on the 2-core EPYC."""
     from specdesk.core.fastdraft import LeanDecoder
 
-    path = make_llama(models_dir / "q4-gqa", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, seed=5)
+    path = make_llama(models_dir / f"q4-gqa-{hidden}", hidden=hidden, layers=2, heads=4, kv_heads=2, intermediate=128,
+                      seed=5)
     model = load_model(str(path), quant="q4", device="cpu").model
     ids = torch.randint(3, 4000, (600,), generator=torch.Generator().manual_seed(3))
     dec = LeanDecoder(model, 700, keep_hidden=True)
-    assert dec.attn64
+    assert dec.attn64 and (dec._attend is not None) == (which == "own")
     with torch.inference_mode():
         for p0, n in [(p0, 2 + p0 % 7) for p0 in range(20, 500, 37)] + [(300, 70)]:
             dec.crop(0)
@@ -208,16 +229,19 @@ def test_a_verify_pass_gives_one_position_steps_hidden_states_bit_for_bit(models
             assert torch.equal(dec.hidden[p0:p0 + n], together), (p0, n)
 
 
-def test_each_tree_node_gets_the_hidden_state_of_its_path_run_one_position_at_a_time(models_dir):
+@pytest.mark.parametrize("hidden", [64, 128])
+def test_each_tree_node_gets_the_hidden_state_of_its_path_run_one_position_at_a_time(models_dir, which, hidden):
     """A token tree (chain and leaves) in one q4 pass: every node's final hidden state equals, bit for bit, what
     one-position steps along its own path give (a leaf attends to the cache, its ancestors and itself, gathered)."""
     from specdesk.core.fastdraft import LeanDecoder
     from specdesk.core.tree import layout
 
-    path = make_llama(models_dir / "q4-gqa-tree", hidden=64, layers=2, heads=4, kv_heads=2, intermediate=128, seed=6)
+    path = make_llama(models_dir / f"q4-gqa-tree-{hidden}", hidden=hidden, layers=2, heads=4, kv_heads=2,
+                      intermediate=128, seed=6)
     model = load_model(str(path), quant="q4", device="cpu").model
     ids = torch.randint(3, 4000, (300,), generator=torch.Generator().manual_seed(4)).tolist()
     dec = LeanDecoder(model, 400, keep_hidden=True)
+    assert (dec._attend is not None) == (which == "own")
     chain, leaves = torch.tensor([101, 102, 103]), (torch.tensor([201, 202]), torch.tensor([301]))
     paths = [[], [101], [101, 102], [101, 102, 103], [201], [202], [101, 301]]  # each row's tokens after ids
     with torch.inference_mode():

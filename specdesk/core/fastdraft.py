@@ -170,6 +170,14 @@ class LeanDecoder:
         # prompt's prefill, a draft catching up) attend in float64 in one call, rounded back (~15% faster than
         # position by position over 64): what they leave in the cache is the same for every decoding mode.
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
+        # those position-by-position passes in one call a layer where specdesk's own kernel builds (core/kernels/
+        # attention.c: float32, each position alone by the same instructions, whatever else the call holds)
+        self._attend = None
+        if self.attn64 and dtype == torch.bfloat16 and self.head_dim % 16 == 0 and self.n_heads % self.n_kv == 0:
+            from specdesk.core import kernels
+
+            lib = kernels.library()
+            self._attend = None if lib is None else lib.sd_attend
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -226,12 +234,11 @@ class LeanDecoder:
         pos = depths + p0
         n = ids.shape[0]
         if self._rows(n, True):  # each node sees the cache, then its ancestors and itself in order
-            cached = torch.arange(p0, device=ids.device)
             spans = []
             for j in range(n):
                 fed = allowed[j].nonzero().flatten()
                 contiguous = int(fed[-1]) + 1 == fed.numel()  # slots 0 .. j: a chain node, a slice of the cache
-                spans.append(p0 + fed.numel() if contiguous else torch.cat([cached, p0 + fed]))
+                spans.append(p0 + fed.numel() if contiguous else (p0, p0 + fed))
             return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], None, True, spans)
         keep = torch.cat([torch.ones(n, p0, dtype=torch.bool, device=ids.device), allowed], dim=1)
         return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], keep, True)
@@ -248,7 +255,7 @@ class LeanDecoder:
              every: bool, spans: list | None = None) -> torch.Tensor:
         """x (n, hidden) into slots length..length+n-1 with rotary tables cos/sin (n, head_dim); keep (n, end):
         which keys each row sees (None: one row, every key). spans: instead of keep, row by row attention; per row
-        the keys it sees, an int e (slots 0 .. e-1) or a tensor of slots in order."""
+        the keys it sees, an int e (slots 0 .. e-1) or (e, slots): slots 0 .. e-1, then the given ones in order."""
         n = x.shape[0]
         p0 = self.length
         end = p0 + n
@@ -264,6 +271,7 @@ class LeanDecoder:
         group = hq // hk if n > 1 and hq != hk and spans is None else 1
         if group > 1:
             mask = mask.repeat(group, 1)  # (group * n, end): row i * n + t is position t's mask
+        plan = self._attend_plan(spans) if spans is not None and self._attend is not None else None
         for L in self.layers:
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
@@ -272,7 +280,9 @@ class LeanDecoder:
             q, k = qk[:hq], qk[hq:]
             L["k"][0, :, p0:end] = k
             L["v"][0, :, p0:end] = v.view(n, hk, hd).transpose(0, 1)
-            if spans is not None:
+            if plan is not None:
+                att = self._own_attention(q, L["k"], L["v"], plan)
+            elif spans is not None:
                 att = self._rows_attention(q, L["k"], L["v"], spans)
             else:
                 att = self._attention(q, L["k"][:, :, :end], L["v"][:, :, :end], mask, group).to(x.dtype)
@@ -303,6 +313,33 @@ class LeanDecoder:
                                                  enable_gqa=hq != hk)  # (1, hq, n, hd)
         return att[0].transpose(0, 1).reshape(n, hq * hd)
 
+    @staticmethod
+    def _attend_plan(spans: list) -> tuple:
+        """spans -> what attention.c reads: per position the contiguous slots it sees, offsets into the further
+        slots (a tree node's ancestors) and those slots, int64 tensors (and the tensors the pointers need alive)."""
+        prefix, offsets, extras = [], [0], []
+        for span in spans:
+            if isinstance(span, int):
+                prefix.append(span)
+            else:
+                prefix.append(span[0])
+                extras.extend(span[1].tolist())
+            offsets.append(len(extras))
+        held = [torch.tensor(v or [0], dtype=torch.int64) for v in (prefix, offsets, extras)]
+        return (len(spans), *(t.data_ptr() for t in held), held)
+
+    def _own_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       plan: tuple) -> torch.Tensor:
+        """q (hq, n, hd) -> (n, hq * hd): every position in one call of specdesk's kernel, each alone."""
+        hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
+        n, prefix, offsets, extras, _ = plan
+        rows = q.transpose(0, 1).contiguous()  # (n, hq, hd)
+        out = torch.empty(n, hq * hd, dtype=q.dtype)
+        if self._attend(rows.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[2] * hd, n, hq, hk,
+                        hd, prefix, offsets, extras, self.scale, out.data_ptr(), torch.get_num_threads()) != 0:
+            raise MemoryError("out of memory in the attention kernel")
+        return out
+
     def _rows_attention(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         spans: list) -> torch.Tensor:
         """q (hq, n, hd) -> attention output (n, hq * hd), one call per position over the keys ``spans`` gives it.
@@ -314,7 +351,8 @@ class LeanDecoder:
             if isinstance(span, int):
                 keys, values = k_cache[:, :, :span], v_cache[:, :, :span]
             else:
-                keys, values = k_cache.index_select(2, span), v_cache.index_select(2, span)
+                slots = torch.cat([torch.arange(span[0], device=span[1].device), span[1]])
+                keys, values = k_cache.index_select(2, slots), v_cache.index_select(2, slots)
             outs.append(F.scaled_dot_product_attention(rows[t], keys, values, scale=self.scale))  # (1, hk, g, hd)
         att = outs[0] if len(outs) == 1 else torch.cat(outs)
         return att.reshape(len(spans), hq * hd)

@@ -164,6 +164,140 @@ class Q8Linear(Int4Linear):
         return f"in_features={self.in_features}, out_features={self.out_features}, q8 groups of {GROUP}"
 
 
+def _rows_of_16(codes: torch.Tensor) -> torch.Tensor:
+    """(N, K) codes -> (N/16, K/32, 8, 64): per block of 16 outputs and group of 32 inputs, chunk j holds inputs
+    32g + 4j .. 32g + 4j + 3 of each output in turn (output c at bytes 4c .. 4c + 3): core/kernels/q4gemm.c's order."""
+    n, k = codes.shape
+    return codes.reshape(n // 16, 16, k // GROUP, 8, 4).permute(0, 2, 3, 1, 4).reshape(n // 16, k // GROUP, 8, 64)
+
+
+def _rows_back(chunks: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`_rows_of_16`: (N/16, K/32, 8, 64) -> (N, K)."""
+    nb, g = chunks.shape[:2]
+    return chunks.reshape(nb, g, 8, 16, 4).permute(0, 3, 1, 2, 4).reshape(nb * 16, g * GROUP)
+
+
+class _Native:
+    """specdesk's own kernel (core/kernels/q4gemm.c) for a layer's product: activations quantized to 8 bits per
+    row and group of 32, integer dot products, as llama.cpp computes a Q4_1 or Q8_0 tensor. Row-invariant like
+    torch's kernel (each row by the same instructions alone or among others, any thread count: tests/test_int4.py),
+    and a row costs far less: SmolLM2's gate/up on 2 Xeon cores 49 -> 18 us for one row, 174 -> 45 us for five;
+    its 8-bit head 1.50 -> 0.53 ms and 5.5 -> 0.79 ms."""
+
+    KIND = 0  # 4 or 8: which of the kernel's layouts ``packed`` and ``scales_zeros`` hold
+
+    def kernel_call(self):
+        if self.bias is not None:
+            return self
+        from specdesk.core import kernels
+
+        gemm = kernels.library().sd_gemm
+        packed, scales, kind = self.packed, self.scales_zeros, self.KIND
+        k, n = self.in_features, self.out_features
+        w_ptr, s_ptr = packed.data_ptr(), scales.data_ptr()
+        threads = torch.get_num_threads
+
+        def call(x: torch.Tensor) -> torch.Tensor:
+            if x.dtype != torch.bfloat16 or not x.is_contiguous():
+                x = x.to(torch.bfloat16).contiguous()
+            m = x.shape[0]
+            y = torch.empty(m, n, dtype=torch.bfloat16)
+            if gemm(kind, x.data_ptr(), m, k, w_ptr, s_ptr, n, y.data_ptr(), threads()) != 0:
+                raise MemoryError("out of memory in the q4 kernel")
+            return y
+        call.keep = (packed, scales)  # the pointers' tensors live as long as the call
+        return call
+
+    def split_call(self):
+        return self.kernel_call()  # a row costs little here: nothing to split
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = self.kernel_call()(x.reshape(-1, self.in_features))
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*shape[:-1], self.out_features)
+
+
+class NativeQ4Linear(_Native, Int4Linear):
+    """An Int4Linear (the same codes, steps and zeros, bit for bit) in specdesk's own kernel's layout: ``packed``
+    (N/16, K/32, 4, 64) uint8, chunk t's low nibbles the codes of chunk t of :func:`_rows_of_16` and its high ones
+    chunk t + 4's; ``scales_zeros`` (N/16, K/32, 2, 16) bfloat16, 16 steps then 16 zeros."""
+
+    KIND = 4
+
+    def __init__(self, packed: torch.Tensor, scales_zeros: torch.Tensor, in_features: int,
+                 bias: torch.Tensor | None = None) -> None:
+        nn.Module.__init__(self)
+        self.in_features, self.out_features = in_features, packed.shape[0] * 16
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
+        self.bias = None if bias is None else nn.Parameter(bias.detach().to(torch.bfloat16), requires_grad=False)
+
+    @classmethod
+    def from_parts(cls, codes: torch.Tensor, step: torch.Tensor, zero: torch.Tensor, in_features: int,
+                   bias: torch.Tensor | None = None) -> NativeQ4Linear:
+        """codes (N, K) in 0..15, step and zero (N, K/32) (rounded to bfloat16 here)."""
+        chunks = _rows_of_16(codes.to(torch.uint8))
+        packed = (chunks[:, :, :4] | (chunks[:, :, 4:] << 4)).contiguous()
+        n, g = step.shape
+        scales = torch.stack([step, zero], dim=-1).to(torch.bfloat16).reshape(n // 16, 16, g, 2)
+        return cls(packed, scales.permute(0, 2, 3, 1).contiguous(), in_features, bias)
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear) -> NativeQ4Linear:
+        q, step, lo = quantize(lin.weight)
+        return cls.from_parts(q, step, lo + 8 * step, lin.in_features, lin.bias)
+
+    def codes(self) -> torch.Tensor:
+        return _rows_back(torch.cat([self.packed & 15, self.packed >> 4], dim=2)).to(torch.int32)
+
+    def dequantized(self) -> torch.Tensor:
+        nb, g = self.scales_zeros.shape[:2]
+        step, zero = (t.float().reshape(nb * 16, g).repeat_interleave(GROUP, dim=1)
+                      for t in self.scales_zeros.permute(0, 3, 1, 2).unbind(-1))
+        return step * (self.codes().float() - 8) + zero
+
+
+class NativeQ8Linear(_Native, Q8Linear):
+    """A Q8Linear's codes (GGUF Q8_0: w = d * q, q in -127..127, d per group of 32) in specdesk's own kernel's
+    layout: ``packed`` (N/16, K/32, 8, 64) int8 in :func:`_rows_of_16`'s order, ``scales_zeros`` (N/16, K/32, 16)
+    bfloat16, the steps d (no zeros: the name is kept for the code that counts a q4 layer's bytes)."""
+
+    KIND = 8
+
+    __init__ = NativeQ4Linear.__init__
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear) -> NativeQ8Linear:
+        n, k = lin.weight.shape
+        g = lin.weight.detach().float().reshape(n, k // GROUP, GROUP)
+        d = g.abs().amax(-1) / 127  # (N, K/32); a Q8_0 tensor's own d (its largest code is +-127)
+        safe = torch.where(d > 0, d, torch.ones_like(d))
+        q = torch.round(g / safe[..., None]).clamp_(-127, 127).to(torch.int8).reshape(n, k)
+        scales = d.to(torch.bfloat16).reshape(n // 16, 16, k // GROUP).transpose(1, 2).contiguous()
+        return cls(_rows_of_16(q).contiguous(), scales, k, lin.bias)
+
+    def codes(self) -> torch.Tensor:
+        """The 8-bit codes, (N, K) int32 in -127..127 (unlike Q8Linear's nibbles)."""
+        return _rows_back(self.packed).to(torch.int32)
+
+    def dequantized(self) -> torch.Tensor:
+        nb, g = self.scales_zeros.shape[:2]
+        d = self.scales_zeros.float().transpose(1, 2).reshape(nb * 16, g).repeat_interleave(GROUP, dim=1)
+        return d * self.codes().float()
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, q8 groups of {GROUP} (own kernel)"
+
+
+def native() -> bool:
+    """Whether q4 models get specdesk's own kernel (core/kernels): built here, and not turned off."""
+    from specdesk.core import kernels
+
+    return kernels.available()
+
+
 SPLIT_ROWS = 16  # passes of up to this many rows may be split (longer ones, prefill, go in one call)
 
 
@@ -199,12 +333,13 @@ def fuse(mods: list) -> Int4Linear | None:
     """One Int4Linear computing the given ones side by side (q/k/v, gate/up: one kernel call instead of several),
     or None. The kernel packs rows in blocks of 64, so only layers with a multiple of 64 outputs join up (the
     fused outputs are then bit for bit the separate ones: tests/test_int4.py)."""
-    if len(mods) < 2 or not all(type(m) is Int4Linear for m in mods):
+    if len(mods) < 2 or not (all(type(m) is Int4Linear for m in mods) or all(type(m) is NativeQ4Linear for m in mods)):
         return None
-    k = mods[0].in_features
-    if any(m.in_features != k or m.out_features % 64 or m.bias is not None for m in mods):
+    k, kind = mods[0].in_features, type(mods[0])
+    block = 16 if kind is NativeQ4Linear else 64  # own kernel: blocks of 16 outputs, codes and scales alike
+    if any(m.in_features != k or m.out_features % block or m.bias is not None for m in mods):
         return None
-    return Int4Linear(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=1), k)
+    return kind(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1), k)
 
 
 def quantize_model(model: nn.Module, head: str = "q8") -> int:
@@ -214,7 +349,9 @@ def quantize_model(model: nn.Module, head: str = "q8") -> int:
     everything else (embeddings, norms) becomes bfloat16. A tied head is untied: the embeddings stay bfloat16
     beside it. Returns how many layers were quantized."""
     count = 0
-    kind = {"q8": Q8Linear, "q4": Int4Linear, "none": None}[head]
+    own = native()
+    layer_kind = NativeQ4Linear if own else Int4Linear
+    kind = {"q8": NativeQ8Linear if own else Q8Linear, "q4": layer_kind, "none": None}[head]
     if kind is not None and fits(model.lm_head):
         model.lm_head = kind.from_linear(model.lm_head)
         count += 1
@@ -223,7 +360,7 @@ def quantize_model(model: nn.Module, head: str = "q8") -> int:
         for parent in list(block.modules()):
             for name, child in list(parent.named_children()):
                 if fits(child):
-                    setattr(parent, name, Int4Linear.from_linear(child))
+                    setattr(parent, name, layer_kind.from_linear(child))
                     count += 1
         att, mlp = getattr(block, "self_attn", None), getattr(block, "mlp", None)
         for owner, names in ((att, ("q_proj", "k_proj", "v_proj")), (mlp, ("gate_proj", "up_proj"))):
@@ -232,9 +369,9 @@ def quantize_model(model: nn.Module, head: str = "q8") -> int:
             if joined is None:
                 continue
             # the layers' codes become views of the joined ones (no second copy); their scales stay their own
-            row = 0
+            row, per = 0, 16 if own else 1  # own kernel: one packed entry per 16 outputs; torch's: per output
             for m in mods:
-                m.packed = joined.packed[row:row + m.out_features]
+                m.packed = joined.packed[row // per:(row + m.out_features) // per]
                 row += m.out_features
             object.__setattr__(owner, FUSED, joined)  # not a submodule: its codes are counted once, via the views
     model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are

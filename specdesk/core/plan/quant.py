@@ -119,7 +119,13 @@ def q4_fits(out_features: int, in_features: int) -> bool:
 
 
 def q8_weight_bytes(rows: int, hidden: int) -> int:
-    """int4.Q8Linear: a q4 layer of 2 x hidden inputs (each weight's high and low 4 bits)."""
+    """A q4 model's 8-bit head: with specdesk's own kernel (core/kernels) int4.NativeQ8Linear, one byte a weight
+    and a bfloat16 step per 32; else int4.Q8Linear, a q4 layer of 2 x hidden inputs (each weight's high and low 4
+    bits)."""
+    from specdesk.core import kernels
+
+    if q4_fits(rows, hidden) and kernels.available():
+        return rows * hidden + BF16 * (rows * hidden // Q4_GROUP)
     return linear_weight_bytes(2 * rows * hidden, rows, QuantSpec("q4"), BF16, 2 * hidden)
 
 

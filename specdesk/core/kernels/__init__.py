@@ -1,0 +1,122 @@
+"""specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c)
+and the lean decoder's position-by-position attention in bfloat16 (attention.c).
+
+Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
+position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
+compiler and the CPU. It needs AVX2 and FMA (or AVX512-VNNI); a machine without a C compiler, or another CPU kind,
+keeps torch's kernel, and ``SPECDESK_KERNELS=torch`` asks for them. No torch here: the planner asks
+:func:`available` too.
+
+OpenMP: the library links ``libgomp.so.1``; torch's CPU wheels load a library of that name first, so the kernel's
+threads are torch's own pool (``torch.set_num_threads`` counts for both).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c"))
+FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
+ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _cpu_key() -> str:
+    """What -march=native compiles for: the CPU's model and flags (Linux), else the platform's words."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+        keep = [line for line in text.splitlines() if line.startswith(("model name", "flags"))][:2]
+        return "\n".join(keep)
+    except OSError:
+        return platform.processor() + platform.machine()
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cache_dir() -> Path:
+    from specdesk.core.userdirs import cache_dir
+
+    return cache_dir() / "kernels"
+
+
+def _build() -> tuple[ctypes.CDLL | None, str]:
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return None, f"specdesk's q4 kernel is built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler (cc, gcc or clang) to build specdesk's q4 kernel"
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"the C compiler did not run: {e}"
+    source = b"".join(path.read_bytes() for path in SOURCES)
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + version.encode() + _cpu_key().encode()).hexdigest()[:16]
+    out = _cache_dir() / f"q4gemm-{key}.so"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        os.close(fd)
+        try:
+            done = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
+                return None, f"specdesk's q4 kernel did not build here: {last}"
+            os.replace(tmp, out)  # whole or not at all, should two processes build at once
+        except (OSError, subprocess.SubprocessError) as e:
+            return None, f"specdesk's q4 kernel did not build here: {e}"
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    try:
+        lib = ctypes.CDLL(str(out))
+    except OSError as e:
+        return None, f"specdesk's q4 kernel did not load: {e}"
+    lib.sd_isa.restype = ctypes.c_char_p
+    lib.sd_gemm.restype = ctypes.c_int
+    lib.sd_gemm.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.sd_attend.restype = ctypes.c_int
+    lib.sd_attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 3 + [
+        ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    return lib, f"specdesk's q4 kernel ({lib.sd_isa().decode()})"
+
+
+def library() -> ctypes.CDLL | None:
+    """The built kernel, or None (torch's int4 kernel runs instead: :func:`status` says why)."""
+    if os.environ.get(ENV, "").strip().lower() == "torch":
+        return None
+    with _lock:
+        if "lib" not in _state:
+            _state["lib"], _state["why"] = _build()
+            (log.info if _state["lib"] is not None else log.warning)("%s", _state["why"])
+        return _state["lib"]
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def status() -> str:
+    """One line: which q4 kernel runs, and why."""
+    if os.environ.get(ENV, "").strip().lower() == "torch":
+        return f"torch's int4 kernel ({ENV}=torch)"
+    library()
+    return _state["why"]

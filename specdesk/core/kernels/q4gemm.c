@@ -1,0 +1,238 @@
+/* Few-row products with 4-bit (Q4_1-style) and 8-bit (Q8_0-style) weights on x86 CPUs, as llama.cpp computes them:
+ * each row of activations is quantized to 8 bits per group of 32 (a step dx and the group's sum), integer dot
+ * products over each group (AVX512-VNNI's vpdpbusd, or AVX2's vpmaddubsw), then one float multiply-add per group.
+ *
+ * Why: torch's int4 kernel turns every weight into a float for every row it multiplies, so on a small model every
+ * row of a verify pass costs ~30% of a one-row pass; here a weight is widened once per call and a row costs one
+ * instruction per 64 products. Every row is computed by the same instructions in the same order whatever the number
+ * of rows or threads (each output column by one thread, groups in order): a verify pass over k + 1 rows gives bit for
+ * bit the outputs of k + 1 one-row calls, which keeps speculative decoding exact.
+ *
+ * Layouts (N a multiple of 16, K of 32; G = K / 32, nb = N / 16 column blocks):
+ *   q4 codes  w4[nb][G][4][64] bytes: in chunk t, byte 4c + i holds column c's code for input 32g + 4t + i in its
+ *             low nibble and for input 32g + 4(t + 4) + i in its high one (codes 0..15; weight = step * (q - 8) + zero)
+ *   q4 scales s4[nb][G][2][16] bfloat16: 16 steps, then 16 zeros
+ *   q8 codes  w8[nb][G][8][64] int8: in chunk j, byte 4c + i is column c's code for input 32g + 4j + i (weight = d * q)
+ *   q8 scales s8[nb][G][16] bfloat16
+ * x: (M, K) bfloat16 rows; y: (M, N) bfloat16 rows (rounded to nearest even).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MR 8 /* rows per register block */
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Row m's 8-bit codes (K bytes), and per group its step dx and the group's code sum. */
+static void quantize_rows(const uint16_t *x, int64_t M, int64_t K, int8_t *qx, float *dx, int32_t *isum) {
+    const int64_t G = K / 32;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t g = 0; g < G; g++) {
+            float v[32], amax = 0.0f;
+            for (int i = 0; i < 32; i++) {
+                v[i] = bf16_to_f32(x[m * K + g * 32 + i]);
+                float a = fabsf(v[i]);
+                amax = a > amax ? a : amax;
+            }
+            float d = amax / 127.0f, id = d > 0.0f ? 127.0f / amax : 0.0f;
+            int32_t s = 0;
+            for (int i = 0; i < 32; i++) {
+                int q = (int)nearbyintf(v[i] * id);
+                q = q > 127 ? 127 : (q < -127 ? -127 : q);
+                qx[m * K + g * 32 + i] = (int8_t)q;
+                s += q;
+            }
+            dx[m * G + g] = d;
+            isum[m * G + g] = s;
+        }
+    }
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define SD_ISA "avx512vnni"
+
+static inline __m512 load_bf16x16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+static void store_bf16x16(uint16_t *p, __m512 v) {
+    float f[16];
+    _mm512_storeu_ps(f, v);
+    for (int i = 0; i < 16; i++) p[i] = f32_to_bf16(f[i]);
+}
+
+static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+    const int64_t G = K / 32;
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    __m512 acc[MR];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const uint8_t *wp = w + g * 256;
+        __m512i wv[8];
+        for (int t = 0; t < 4; t++) {
+            __m512i v = _mm512_loadu_si512((const void *)(wp + 64 * t));
+            wv[t] = _mm512_and_si512(v, low);
+            wv[t + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+        __m512 step = load_bf16x16(s + g * 32), zero = load_bf16x16(s + g * 32 + 16);
+        __m512 c = _mm512_fmadd_ps(step, _mm512_set1_ps(-8.0f), zero); /* the weight at code 0 */
+        for (int r = 0; r < rows; r++) {
+            const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
+            __m512i a = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) a = _mm512_dpbusd_epi32(a, wv[j], _mm512_set1_epi32(xq[j]));
+            float d = dx[r * G + g];
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(step, _mm512_set1_ps(d)), acc[r]);
+            acc[r] = _mm512_fmadd_ps(c, _mm512_set1_ps(d * (float)isum[r * G + g]), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) store_bf16x16(y + r * N, acc[r]);
+}
+
+static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+    const int64_t G = K / 32;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[MR];
+    for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        const int8_t *wp = w + g * 512;
+        __m512i wv[8];
+        for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wp + 64 * j)), flip);
+        __m512 dw = load_bf16x16(s + g * 16);
+        for (int r = 0; r < rows; r++) {
+            const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
+            __m512i a = _mm512_setzero_si512();
+            for (int j = 0; j < 8; j++) a = _mm512_dpbusd_epi32(a, wv[j], _mm512_set1_epi32(xq[j]));
+            a = _mm512_sub_epi32(a, _mm512_set1_epi32(128 * isum[r * G + g])); /* (w + 128) x -> w x */
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r * G + g])), acc[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) store_bf16x16(y + r * N, acc[r]);
+}
+
+#elif defined(__AVX2__) && defined(__FMA__)
+#define SD_ISA "avx2"
+
+static inline __m256 load_bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+static void store_bf16x8(uint16_t *p, __m256 v) {
+    float f[8];
+    _mm256_storeu_ps(f, v);
+    for (int i = 0; i < 8; i++) p[i] = f32_to_bf16(f[i]);
+}
+
+/* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */
+static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+    const int64_t G = K / 32;
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[MR];
+        for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < G; g++) {
+            const uint8_t *wp = w + g * 256 + 32 * h;
+            __m256i wv[8];
+            for (int t = 0; t < 4; t++) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)(wp + 64 * t));
+                wv[t] = _mm256_and_si256(v, low);
+                wv[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+            }
+            __m256 step = load_bf16x8(s + g * 32 + 8 * h), zero = load_bf16x8(s + g * 32 + 16 + 8 * h);
+            __m256 c = _mm256_fmadd_ps(step, _mm256_set1_ps(-8.0f), zero);
+            for (int r = 0; r < rows; r++) {
+                const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
+                __m256i a = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++) /* codes <= 15: pairs of products stay far from int16 saturation */
+                    a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(xq[j])), ones));
+                float d = dx[r * G + g];
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(step, _mm256_set1_ps(d)), acc[r]);
+                acc[r] = _mm256_fmadd_ps(c, _mm256_set1_ps(d * (float)isum[r * G + g]), acc[r]);
+            }
+        }
+        for (int r = 0; r < rows; r++) store_bf16x8(y + r * N + 8 * h, acc[r]);
+    }
+}
+
+static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+    const int64_t G = K / 32;
+    const __m256i ones = _mm256_set1_epi16(1);
+    (void)isum;
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[MR];
+        for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
+        for (int64_t g = 0; g < G; g++) {
+            const int8_t *wp = w + g * 512 + 32 * h;
+            __m256i wv[8], wa[8];
+            for (int j = 0; j < 8; j++) {
+                wv[j] = _mm256_loadu_si256((const __m256i *)(wp + 64 * j));
+                wa[j] = _mm256_abs_epi8(wv[j]); /* |w| x sign(x, w) = w x, and |w| <= 127 keeps int16 pairs exact */
+            }
+            __m256 dw = load_bf16x8(s + g * 16 + 8 * h);
+            for (int r = 0; r < rows; r++) {
+                const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
+                __m256i a = _mm256_setzero_si256();
+                for (int j = 0; j < 8; j++)
+                    a = _mm256_add_epi32(a, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(wa[j], _mm256_sign_epi8(_mm256_set1_epi32(xq[j]), wv[j])), ones));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_set1_ps(dx[r * G + g])), acc[r]);
+            }
+        }
+        for (int r = 0; r < rows; r++) store_bf16x8(y + r * N + 8 * h, acc[r]);
+    }
+}
+
+#else
+#error "specdesk's q4 kernel needs AVX2 and FMA, or AVX512-VNNI"
+#endif
+
+const char *sd_isa(void) { return SD_ISA; }
+
+/* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Returns 0, or -1 if out of memory. */
+int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
+            uint16_t *y, int threads) {
+    const int64_t G = K / 32, NB = N / 16;
+    int8_t *qx = (int8_t *)malloc((size_t)(M * K + 64));
+    float *dx = (float *)malloc((size_t)(M * G) * sizeof(float) + 64);
+    int32_t *isum = (int32_t *)malloc((size_t)(M * G) * sizeof(int32_t) + 64);
+    if (!qx || !dx || !isum) {
+        free(qx), free(dx), free(isum);
+        return -1;
+    }
+    quantize_rows(x, M, K, qx, dx, isum);
+    const int64_t wblock = kind == 4 ? G * 256 : G * 512, sblock = kind == 4 ? G * 32 : G * 16;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t nb = 0; nb < NB; nb++) {
+        for (int64_t m0 = 0; m0 < M; m0 += MR) {
+            int64_t rows = M - m0 < MR ? M - m0 : MR;
+            if (kind == 4)
+                q4_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
+                         s + nb * sblock, y + m0 * N + nb * 16, N);
+            else
+                q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)w + nb * wblock,
+                         s + nb * sblock, y + m0 * N + nb * 16, N);
+        }
+    }
+    free(qx), free(dx), free(isum);
+    return 0;
+}

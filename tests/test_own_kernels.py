@@ -1,0 +1,181 @@
+"""specdesk's own CPU kernels: q4/q8 products (core/kernels/q4gemm.c, int4.NativeQ4Linear / NativeQ8Linear) and
+position-by-position attention (core/kernels/attention.c, the lean decoder's verify passes).
+
+Checked for the products: it builds here and says which instructions it uses, and torch's kernel is taken when asked; the same
+codes, steps and zeros as torch's layout hold (read back bit for bit); the product is the dequantized weights times
+the rows quantized to 8 bits per group of 32, to float32 rounding; every row is bit for bit the same alone, among up
+to 19 others (the kernel works in blocks of 8 rows) and on 1 or 2 threads (what keeps a verify pass equal to
+one-position steps); joined layers give the separate outputs; a q4 model loads onto it and greedy speculative output
+equals its plain decoding; the planner counts its head exactly. For attention: each position's output is float64
+attention's to bfloat16 rounding, the same bit for bit alone, among others and on 1 or 2 threads, and a tree node
+reading its ancestors from other slots gets what the same keys in order give (tests/test_int4.py checks whole
+verify passes and trees against one-position steps on both kernels).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import specdesk
+from specdesk.core import int4, kernels
+from specdesk.core.loading import load_model
+from specdesk.core.plan import QuantSpec, analyze, measure_weight_bytes, weight_bytes
+from tests.conftest import PROMPTS, make_llama
+from tests.test_int4 import q4_1_grid, q8_0_grid
+
+pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"no own q4 kernel here: {kernels.status()}")
+
+
+def act_quantized(x: torch.Tensor) -> torch.Tensor:
+    """Rows as the kernel reads them: per group of 32, step max|x| / 127, codes rounded to nearest (float32)."""
+    m, k = x.shape
+    g = x.bfloat16().float().reshape(m, k // 32, 32)
+    amax = g.abs().amax(-1, keepdim=True)
+    inv = torch.full_like(amax, 127.0) / amax  # (127 / tensor is 127 * reciprocal: another rounding)
+    q = torch.round(g * torch.where(amax > 0, inv, torch.zeros_like(amax))).clamp(-127, 127)
+    return (q * amax / 127).reshape(m, k)
+
+
+def assert_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    """got = act_quantized(x) @ w.T up to bfloat16 rounding of the result (2**-9 relative) and float32 sums in
+    another order (a few 2**-24 of the sum of the terms' magnitudes)."""
+    a = act_quantized(x)
+    ref, size = a.double() @ w.double().t(), a.abs().double() @ w.abs().double().t()
+    assert ((got.double() - ref).abs() <= 2 ** -8 * ref.abs() + 2 ** -18 * size).all()
+
+
+def test_it_builds_here_and_torchs_kernel_is_taken_when_asked(monkeypatch):
+    assert kernels.library().sd_isa().decode() in ("avx512vnni", "avx2")
+    assert "q4 kernel (" in kernels.status()
+    monkeypatch.setenv(kernels.ENV, "torch")
+    assert kernels.library() is None and not int4.native() and "torch" in kernels.status()
+    model = nn.Module()
+    model.lm_head = nn.Linear(64, 256, bias=False)
+    model.model = nn.Module()
+    model.model.layers = nn.ModuleList([nn.Sequential(nn.Linear(64, 64))])
+    assert int4.quantize_model(model) == 2
+    assert type(model.lm_head) is int4.Q8Linear and type(model.model.layers[0][0]) is int4.Int4Linear
+
+
+def test_q4_codes_come_back_and_the_product_is_llama_cpps():
+    w, codes = q4_1_grid(96, 256)
+    lin = nn.Linear(256, 96, bias=False)
+    lin.weight.data.copy_(w)
+    ours, torchs = int4.NativeQ4Linear.from_linear(lin), int4.Int4Linear.from_linear(lin)
+    assert torch.equal(ours.codes(), codes.to(torch.int32))
+    assert torch.equal(ours.dequantized(), torchs.dequantized())  # the same steps and zeros, bit for bit
+    assert int4.stored(nn.Sequential(ours)) == int4.stored(nn.Sequential(torchs))
+    x = torch.randn(5, 256) * torch.tensor([0.1, 1, 10, 100, 0.0])[:, None]  # a zero row too
+    got = ours(x).float()
+    assert_product(got, x, ours.dequantized())
+    assert torch.equal(got[4], torch.zeros(96))
+    torch.testing.assert_close(got[:4], x[:4].bfloat16().float() @ ours.dequantized().t(), atol=0.05 * x.abs().amax(), rtol=0.05)
+    assert ours(x.reshape(1, 5, 256)).shape == (1, 5, 96)
+
+
+def test_q8_codes_come_back_and_the_product_is_llama_cpps():
+    w, codes, d = q8_0_grid(192, 128)
+    lin = nn.Linear(128, 192, bias=False)
+    lin.weight.data.copy_(w)
+    ours = int4.NativeQ8Linear.from_linear(lin)
+    assert torch.equal(ours.codes(), codes.to(torch.int32))
+    assert torch.equal(ours.dequantized(), int4.Q8Linear.from_linear(lin).dequantized())
+    x = torch.randn(3, 128)
+    assert_product(ours(x).float(), x, ours.dequantized())
+    # one byte a weight and one bfloat16 step per 32 (torch's layout: two nibbles, two step/zero pairs)
+    assert int4.stored(nn.Sequential(ours)) == (192 * 128, 192 * 128 + 2 * 192 * 128 // 32)
+
+
+@pytest.mark.parametrize("kind", ["q4", "q8"])
+def test_each_row_is_the_same_alone_among_others_and_on_any_thread_count(kind):
+    cls = int4.NativeQ4Linear if kind == "q4" else int4.NativeQ8Linear
+    q = cls.from_linear(nn.Linear(576, 320, bias=False))
+    x = (torch.randn(20, 576) * torch.linspace(0.01, 30, 20)[:, None]).bfloat16()
+    together = q(x)
+    for n in (1, 2, 5, 8, 9, 17):
+        assert torch.equal(q(x[:n]), together[:n]), n
+        assert torch.equal(q(x[n:]), together[n:]), n
+    assert torch.equal(torch.cat([q(x[i:i + 1]) for i in range(20)]), together)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(q(x), together)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_joined_layers_give_the_separate_outputs():
+    mods = [int4.NativeQ4Linear.from_linear(nn.Linear(128, n, bias=False)) for n in (128, 48, 16)]
+    joined = int4.fuse(mods)  # whole blocks of 16 join (torch's layout needs 64)
+    assert type(joined) is int4.NativeQ4Linear
+    x = torch.randn(4, 128).bfloat16()
+    assert torch.equal(joined(x), torch.cat([m(x) for m in mods], dim=-1))
+    assert int4.fuse([mods[0], int4.Int4Linear.from_linear(nn.Linear(128, 64, bias=False))]) is None  # no mixing
+
+
+@pytest.fixture(scope="module")
+def q4_pair(models_dir):
+    # q/k/v of 128, 64, 64 outputs and gate/up of 96: joined in blocks of 16
+    # head_dim 64: the attention kernel's AVX512-BF16 scores where the CPU has them
+    target = make_llama(models_dir / "q4k-target", hidden=128, layers=2, heads=2, kv_heads=1, intermediate=96, seed=15)
+    draft = make_llama(models_dir / "q4k-draft", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seed=16)
+    return target, draft
+
+
+def test_a_q4_model_runs_on_it_and_greedy_output_equals_plain_decoding(q4_pair):
+    loaded = load_model(str(q4_pair[0]), quant="q4", device="cpu")
+    layer = loaded.model.model.layers[0]
+    assert type(layer.mlp.down_proj) is int4.NativeQ4Linear and type(loaded.model.lm_head) is int4.NativeQ8Linear
+    assert type(int4.fused(layer.self_attn)) is int4.NativeQ4Linear and int4.fused(layer.mlp) is not None
+    # the joined codes are the layers' own (views), and the views' pointers are where their rows start
+    joined = int4.fused(layer.self_attn)
+    assert layer.self_attn.k_proj.packed.data_ptr() == joined.packed.data_ptr() + 128 // 16 * joined.packed[0].numel()
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    checked = 0
+    for p in PROMPTS:
+        plain = engine.generate(p, drafter="none", max_new_tokens=40).token_ids
+        for kw in (dict(k=1), dict(k=4), dict(k=9), dict(k="auto"), dict(k=3, tree=(4, 2)), dict(drafter="ngram", k=4)):
+            got = engine.generate(p, max_new_tokens=40, **kw)
+            assert got.token_ids == plain, (p, kw)
+            checked += got.stats.drafted > 0
+    assert checked >= 12  # the drafts really were verified in multi-row passes
+    predicted = weight_bytes(analyze(str(q4_pair[0])), QuantSpec("q4"), "bfloat16")
+    assert predicted.quantized + predicted.kept == measure_weight_bytes(loaded.model)
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: list, threads: int = 2) -> torch.Tensor:
+    """The attention kernel as the lean decoder calls it: q (n, hq, hd), caches (hk, capacity, hd), all bfloat16;
+    spans: per position (contiguous slots, further slots)."""
+    n, hq, hd = q.shape
+    hk, capacity = k.shape[:2]
+    prefix = torch.tensor([p for p, _ in spans])
+    offsets = torch.tensor([0] + [len(e) for _, e in spans]).cumsum(0)
+    extras = torch.tensor([x for _, e in spans for x in e] + [0])
+    out = torch.empty(n, hq * hd, dtype=torch.bfloat16)
+    assert kernels.library().sd_attend(q.data_ptr(), k.data_ptr(), v.data_ptr(), capacity * hd, n, hq, hk, hd,
+                                       prefix.data_ptr(), offsets.data_ptr(), extras.data_ptr(), hd ** -0.5,
+                                       out.data_ptr(), threads) == 0
+    return out
+
+
+@pytest.mark.parametrize("hd", [16, 64])  # the portable path, and AVX512-BF16 scores where the CPU has them
+def test_attention_is_each_positions_own_whatever_the_call_holds(hd):
+    g = torch.Generator().manual_seed(hd)
+    hq, hk, cap = 6, 2, 256
+    k, v = (torch.randn(hk, cap, hd, generator=g).bfloat16() for _ in range(2))
+    q = (torch.randn(9, hq, hd, generator=g) * 3).bfloat16()
+    spans = [(150 + t + 1, []) for t in range(9)]
+    together = attend(q, k, v, spans)
+    for t, (end, _) in enumerate(spans):  # float64 attention over the same keys, query head i on KV head i // 3
+        keys, values = k[:, :end].double(), v[:, :end].double()
+        ref = torch.nn.functional.scaled_dot_product_attention(q[t].double().view(hk, 3, hd), keys, values)
+        torch.testing.assert_close(together[t].double(), ref.reshape(-1), atol=2e-2, rtol=2 ** -7)
+    assert torch.equal(torch.cat([attend(q[t:t + 1], k, v, spans[t:t + 1]) for t in range(9)]), together)
+    assert torch.equal(attend(q[3:7], k, v, spans[3:7]), together[3:7])
+    assert torch.equal(attend(q, k, v, spans, threads=1), together)
+    # a tree leaf: slots 0..99, then its ancestors in slots 200, 203, 201 = the same keys laid out in a row
+    for cache in (k, v):
+        cache[:, 100:103] = cache[:, [200, 203, 201]]
+    assert torch.equal(attend(q[:1], k, v, [(100, [200, 203, 201])]), attend(q[:1], k, v, [(103, [])]))
