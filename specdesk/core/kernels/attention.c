@@ -149,6 +149,22 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
         const float inv = 1.0f / acc[0];
         for (int64_t j = 0; j < L; j++) si[j] *= inv;
     }
+#ifdef FAST_SCORES
+    if (g <= 16) {
+        /* 16 output dimensions at a time, the g heads' sums in registers, keys in order */
+        for (int64_t c = 0; c < hd; c += 16) {
+            __m512 acc[16];
+            for (int64_t i = 0; i < g; i++) acc[i] = _mm512_setzero_ps();
+            for (int64_t j = 0; j < L; j++) {
+                const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * hd + c;
+                const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)v)), 16));
+                for (int64_t i = 0; i < g; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * L + j]), vf, acc[i]);
+            }
+            for (int64_t i = 0; i < g; i++) _mm512_storeu_ps(o + i * hd + c, acc[i]);
+        }
+    } else
+#endif
     for (int64_t j = 0; j < L; j++) {
         const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * hd;
         for (int64_t d = 0; d < hd; d++) row[d] = bf16f(v[d]);
