@@ -10,6 +10,8 @@
     python devscripts/smollm2_costs.py same-prompts [--target-quant q4]
                                                              # specdesk on llamacpp_prompts.json's ids (run right
                                                              # before devscripts/llamacpp_compare.py)
+    python devscripts/smollm2_costs.py agree --llamacpp OUT.json  # q4 greedy replies on torch's kernels and on
+                                                             # specdesk's own: how far each follows llama.cpp's
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
 bundled draft's run kept its own; any run of the same command writes one).
@@ -178,16 +180,47 @@ def same_prompts(args) -> None:
                       "pooled_decode_tokens_per_s": {n: round(a / b, 1) for n, (a, b) in totals.items()}}))
 
 
+def agree(args) -> None:
+    """Greedy q4 replies to llamacpp_prompts.json's first prompts under torch's kernels and specdesk's own
+    (core/kernels), against llama.cpp's replies in a devscripts/llamacpp_compare.py JSON: the tokens each shares
+    with llama.cpp's before the first difference (llama.cpp quantizes activations to 8 bits per 32, as the own
+    kernel does; torch's keeps them bfloat16)."""
+    import os
+
+    from specdesk.core import kernels
+
+    theirs = json.loads(args.llamacpp.read_text())
+    ref = {r["prompt"]: r["token_ids"] for r in theirs["runs"]}
+    prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:len(ref)]
+    out = {}
+    for which in ("torch", "own"):
+        if which == "torch":
+            os.environ[kernels.ENV] = "torch"
+        else:
+            os.environ.pop(kernels.ENV, None)
+        engine = specdesk.load(args.gguf, None, drafter="none", device="cpu", target_quant="q4")
+        shared = []
+        for i, p in enumerate(prompts):
+            mine = engine.generate(p, max_new_tokens=96, k=0).token_ids
+            other = ref[i]
+            same = next((j for j, (a, b) in enumerate(zip(mine, other)) if a != b), min(len(mine), len(other)))
+            shared.append(same)
+        out[which] = {"kernels": kernels.status(), "tokens_shared_with_llama_cpp": shared}
+    print(json.dumps(out, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts"))
+    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree"))
+    ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
     ap.add_argument("--held-out", type=Path)
     ap.add_argument("--target-quant", default="none", help="same-prompts: the target's quantization (q4: core/int4.py)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts}[args.what](args)
+    {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
+     "agree": agree}[args.what](args)
 
 
 if __name__ == "__main__":

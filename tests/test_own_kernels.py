@@ -28,6 +28,16 @@ from tests.test_int4 import q4_1_grid, q8_0_grid
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=f"no own q4 kernel here: {kernels.status()}")
 
 
+@pytest.fixture(params=["native", "x86-64-v3"])
+def march(request, monkeypatch):
+    """The kernels built for this CPU, and for x86-64-v3 (AVX2 and FMA: the AVX2 paths, which AMD CPUs without
+    AVX-512 take, checked on any CPU here)."""
+    monkeypatch.setenv(kernels.MARCH_ENV, request.param)
+    if not kernels.available():
+        pytest.skip(kernels.status())
+    return request.param
+
+
 def act_quantized(x: torch.Tensor) -> torch.Tensor:
     """Rows as the kernel reads them: per group of 32, step max|x| / 127, codes rounded to nearest (float32)."""
     m, k = x.shape
@@ -48,7 +58,10 @@ def assert_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
 
 def test_it_builds_here_and_torchs_kernel_is_taken_when_asked(monkeypatch):
     assert kernels.library().sd_isa().decode() in ("avx512vnni", "avx2")
-    assert "q4 kernel (" in kernels.status()
+    monkeypatch.setenv(kernels.MARCH_ENV, "x86-64-v3")
+    assert kernels.library().sd_isa().decode() == "avx2"
+    monkeypatch.delenv(kernels.MARCH_ENV)
+    assert "kernels (" in kernels.status()
     monkeypatch.setenv(kernels.ENV, "torch")
     assert kernels.library() is None and not int4.native() and "torch" in kernels.status()
     model = nn.Module()
@@ -59,7 +72,7 @@ def test_it_builds_here_and_torchs_kernel_is_taken_when_asked(monkeypatch):
     assert type(model.lm_head) is int4.Q8Linear and type(model.model.layers[0][0]) is int4.Int4Linear
 
 
-def test_q4_codes_come_back_and_the_product_is_llama_cpps():
+def test_q4_codes_come_back_and_the_product_is_llama_cpps(march):
     w, codes = q4_1_grid(96, 256)
     lin = nn.Linear(256, 96, bias=False)
     lin.weight.data.copy_(w)
@@ -75,7 +88,7 @@ def test_q4_codes_come_back_and_the_product_is_llama_cpps():
     assert ours(x.reshape(1, 5, 256)).shape == (1, 5, 96)
 
 
-def test_q8_codes_come_back_and_the_product_is_llama_cpps():
+def test_q8_codes_come_back_and_the_product_is_llama_cpps(march):
     w, codes, d = q8_0_grid(192, 128)
     lin = nn.Linear(128, 192, bias=False)
     lin.weight.data.copy_(w)
@@ -89,7 +102,7 @@ def test_q8_codes_come_back_and_the_product_is_llama_cpps():
 
 
 @pytest.mark.parametrize("kind", ["q4", "q8"])
-def test_each_row_is_the_same_alone_among_others_and_on_any_thread_count(kind):
+def test_each_row_is_the_same_alone_among_others_and_on_any_thread_count(kind, march):
     cls = int4.NativeQ4Linear if kind == "q4" else int4.NativeQ8Linear
     q = cls.from_linear(nn.Linear(576, 320, bias=False))
     x = (torch.randn(20, 576) * torch.linspace(0.01, 30, 20)[:, None]).bfloat16()
@@ -106,7 +119,7 @@ def test_each_row_is_the_same_alone_among_others_and_on_any_thread_count(kind):
         torch.set_num_threads(threads)
 
 
-def test_joined_layers_give_the_separate_outputs():
+def test_joined_layers_give_the_separate_outputs(march):
     mods = [int4.NativeQ4Linear.from_linear(nn.Linear(128, n, bias=False)) for n in (128, 48, 16)]
     joined = int4.fuse(mods)  # whole blocks of 16 join (torch's layout needs 64)
     assert type(joined) is int4.NativeQ4Linear
@@ -124,7 +137,7 @@ def q4_pair(models_dir):
     return target, draft
 
 
-def test_a_q4_model_runs_on_it_and_greedy_output_equals_plain_decoding(q4_pair):
+def test_a_q4_model_runs_on_it_and_greedy_output_equals_plain_decoding(q4_pair, march):
     loaded = load_model(str(q4_pair[0]), quant="q4", device="cpu")
     layer = loaded.model.model.layers[0]
     assert type(layer.mlp.down_proj) is int4.NativeQ4Linear and type(loaded.model.lm_head) is int4.NativeQ8Linear
@@ -133,6 +146,8 @@ def test_a_q4_model_runs_on_it_and_greedy_output_equals_plain_decoding(q4_pair):
     joined = int4.fused(layer.self_attn)
     assert layer.self_attn.k_proj.packed.data_ptr() == joined.packed.data_ptr() + 128 // 16 * joined.packed[0].numel()
     engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    assert engine.describe()["cpu_kernels"] == kernels.status()  # session logs and bench reports say which ran
+    assert "kernels (" in kernels.status()
     checked = 0
     for p in PROMPTS:
         plain = engine.generate(p, drafter="none", max_new_tokens=40).token_ids
@@ -161,7 +176,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: list, threa
 
 
 @pytest.mark.parametrize("hd", [16, 64])  # the portable path, and AVX512-BF16 scores where the CPU has them
-def test_attention_is_each_positions_own_whatever_the_call_holds(hd):
+def test_attention_is_each_positions_own_whatever_the_call_holds(hd, march):
     g = torch.Generator().manual_seed(hd)
     hq, hk, cap = 6, 2, 256
     k, v = (torch.randn(hk, cap, hd, generator=g).bfloat16() for _ in range(2))
@@ -179,3 +194,18 @@ def test_attention_is_each_positions_own_whatever_the_call_holds(hd):
     for cache in (k, v):
         cache[:, 100:103] = cache[:, [200, 203, 201]]
     assert torch.equal(attend(q[:1], k, v, [(100, [200, 203, 201])]), attend(q[:1], k, v, [(103, [])]))
+
+
+def test_without_a_compiler_torchs_kernels_run_and_say_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(kernels, "_state", {})  # as a fresh process would start (the built library stays loaded)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc, gcc or clang
+    assert kernels.library() is None and not int4.native()
+    assert kernels.status() == "torch's kernels: no C compiler (cc, gcc or clang) to build specdesk's own"
+    broken = tmp_path / "cc"
+    broken.write_text("#!/bin/sh\necho 'cc: error: bad flags' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    monkeypatch.setattr(kernels, "_state", {})
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
+    assert kernels.library() is None
+    assert kernels.status() == "torch's kernels: specdesk's own did not build here: cc: error: bad flags"

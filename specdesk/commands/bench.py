@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     versions = library_versions()
     meta = {"target": engine.target.name, "draft": engine.draft.name if engine.draft else None,
             "device": engine.device, "cpu": cpu_description(), "cpu_threads": torch.get_num_threads(),
-            "torch": versions["torch"],
+            "cpu_kernels": engine.describe().get("cpu_kernels"), "torch": versions["torch"],
             "transformers": versions["transformers"], "mode": "quick" if args.quick else "full",
             "repeats": cfg["repeats"], "max_new_tokens": max_new, "seconds": seconds,
             "methods": [m.name for m in methods], "prompts": [f"{p.category}:{p.name}" for p in prompts],

@@ -222,7 +222,15 @@ class Engine:
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
                 "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None,
-                "lean_target": self._runner.uses_lean_path}
+                "lean_target": self._runner.uses_lean_path, "cpu_kernels": self._cpu_kernels()}
+
+    def _cpu_kernels(self) -> str | None:
+        """Which kernels a CPU target's q4 products and verify attention run on (core/kernels), in words."""
+        if self.device != "cpu":
+            return None
+        from specdesk.core import kernels
+
+        return kernels.status()
 
 
 def load(target: str = "demo-target", draft: str | None = None, *, drafter: str | None = None,

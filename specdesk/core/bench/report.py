@@ -53,7 +53,8 @@ def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
     cpu = f"CPU: {meta['cpu']}; " if meta.get("cpu") else ""  # figures differ by CPU (AVX2, AVX-512, AMX paths)
     out.append(f"Device: {meta.get('device')}; {cpu}{meta.get('cpu_threads')} threads; torch {meta.get('torch')}, "
                f"transformers {meta.get('transformers')}; mode: {meta.get('mode')}; repeats {meta.get('repeats')}; "
-               f"max new tokens {meta.get('max_new_tokens')}; wall time {meta.get('seconds', 0):.0f} s.")
+               f"max new tokens {meta.get('max_new_tokens')}; wall time {meta.get('seconds', 0):.0f} s."
+               + (f" Kernels: {meta['cpu_kernels']}." if meta.get("cpu_kernels") else ""))
     out.append("")
     out.append("tok/s: median over runs (decode only for specdesk, whole call for transformers). After 1st step: "
                "tokens after the first step over the time after it, the same measure for every method (transformers' "

@@ -27,8 +27,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c"))
-FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
+FLAGS = ("-O3", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
 ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
+MARCH_ENV = "SPECDESK_KERNELS_MARCH"  # the -march to build for: native unless set (tests build x86-64-v3, AVX2, too)
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -57,38 +58,39 @@ def _cache_dir() -> Path:
     return cache_dir() / "kernels"
 
 
-def _build() -> tuple[ctypes.CDLL | None, str]:
+def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        return None, f"specdesk's q4 kernel is built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
+        return None, f"torch's kernels: specdesk's own are built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
     cc = _compiler()
     if cc is None:
-        return None, "no C compiler (cc, gcc or clang) to build specdesk's q4 kernel"
+        return None, "torch's kernels: no C compiler (cc, gcc or clang) to build specdesk's own"
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
-        return None, f"the C compiler did not run: {e}"
+        return None, f"torch's kernels: the C compiler did not run: {e}"
     source = b"".join(path.read_bytes() for path in SOURCES)
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + version.encode() + _cpu_key().encode()).hexdigest()[:16]
+    flags = (f"-march={march}", *FLAGS)
+    key = hashlib.sha256(source + " ".join(flags).encode() + version.encode() + _cpu_key().encode()).hexdigest()[:16]
     out = _cache_dir() / f"q4gemm-{key}.so"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
         try:
-            done = subprocess.run([cc, *FLAGS, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=120)
+            done = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
-                return None, f"specdesk's q4 kernel did not build here: {last}"
+                return None, f"torch's kernels: specdesk's own did not build here: {last}"
             os.replace(tmp, out)  # whole or not at all, should two processes build at once
         except (OSError, subprocess.SubprocessError) as e:
-            return None, f"specdesk's q4 kernel did not build here: {e}"
+            return None, f"torch's kernels: specdesk's own did not build here: {e}"
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
     try:
         lib = ctypes.CDLL(str(out))
     except OSError as e:
-        return None, f"specdesk's q4 kernel did not load: {e}"
+        return None, f"torch's kernels: specdesk's own did not load: {e}"
     lib.sd_isa.restype = ctypes.c_char_p
     lib.sd_gemm.restype = ctypes.c_int
     lib.sd_gemm.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
@@ -96,18 +98,19 @@ def _build() -> tuple[ctypes.CDLL | None, str]:
     lib.sd_attend.restype = ctypes.c_int
     lib.sd_attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 3 + [
         ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
-    return lib, f"specdesk's q4 kernel ({lib.sd_isa().decode()})"
+    return lib, f"specdesk's own kernels ({lib.sd_isa().decode()})"
 
 
 def library() -> ctypes.CDLL | None:
     """The built kernel, or None (torch's int4 kernel runs instead: :func:`status` says why)."""
     if os.environ.get(ENV, "").strip().lower() == "torch":
         return None
+    march = os.environ.get(MARCH_ENV, "").strip() or "native"
     with _lock:
-        if "lib" not in _state:
-            _state["lib"], _state["why"] = _build()
-            (log.info if _state["lib"] is not None else log.warning)("%s", _state["why"])
-        return _state["lib"]
+        if march not in _state:
+            _state[march] = _build(march)
+            (log.info if _state[march][0] is not None else log.warning)("%s", _state[march][1])
+        return _state[march][0]
 
 
 def available() -> bool:
@@ -115,8 +118,8 @@ def available() -> bool:
 
 
 def status() -> str:
-    """One line: which q4 kernel runs, and why."""
+    """One line: which kernels run (q4 products, verify attention), and why."""
     if os.environ.get(ENV, "").strip().lower() == "torch":
-        return f"torch's int4 kernel ({ENV}=torch)"
+        return f"torch's kernels ({ENV}=torch)"
     library()
-    return _state["why"]
+    return _state[os.environ.get(MARCH_ENV, "").strip() or "native"][1]
