@@ -1,5 +1,5 @@
 """specdesk's own CPU kernels: q4/q8 products (core/kernels/q4gemm.c, int4.NativeQ4Linear / NativeQ8Linear) and
-position-by-position attention (core/kernels/attention.c, the lean decoder's verify passes).
+position-by-position attention (core/kernels/attention.c, the lean decoder's verify passes) and RMSNorm (rows.c).
 
 Checked for the products: it builds here and says which instructions it uses, and torch's kernel is taken when asked; the same
 codes, steps and zeros as torch's layout hold (read back bit for bit); the product is the dequantized weights times
@@ -209,3 +209,22 @@ def test_without_a_compiler_torchs_kernels_run_and_say_why(monkeypatch, tmp_path
     monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
     assert kernels.library() is None
     assert kernels.status() == "torch's kernels: specdesk's own did not build here: cc: error: bad flags"
+
+
+def test_rmsnorm_is_torchs_to_one_bfloat16_step_and_each_rows_own(march):
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(9, 576, generator=g) * torch.logspace(-3, 2, 9)[:, None]).bfloat16()
+    w = (torch.rand(576, generator=g) * 2).bfloat16()
+
+    def norm(rows: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(rows)
+        kernels.library().sd_rmsnorm(rows.data_ptr(), rows.shape[0], 576, w.data_ptr(), 1e-5, out.data_ptr())
+        return out
+
+    together = norm(x)
+    xf = x.float()
+    ref = w * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-5)).bfloat16()  # LeanDecoder._norm in torch
+    step = 2.0 ** (torch.floor(torch.log2(ref.float().abs().clamp_min(1e-30))) - 6)  # two bfloat16 steps
+    assert ((together.float() - ref.float()).abs() <= step).all()
+    assert (together == ref).float().mean() > 0.9  # mostly bit for bit: only the float32 sum's order differs
+    assert torch.equal(torch.cat([norm(x[i:i + 1].contiguous()) for i in range(9)]), together)

@@ -1,5 +1,5 @@
-"""specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c)
-and the lean decoder's position-by-position attention in bfloat16 (attention.c).
+"""specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c),
+the lean decoder's position-by-position attention in bfloat16 (attention.c) and its RMSNorm in one call (rows.c).
 
 Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
 position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
@@ -26,7 +26,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c", "rows.c"))
 FLAGS = ("-O3", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
 ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
 MARCH_ENV = "SPECDESK_KERNELS_MARCH"  # the -march to build for: native unless set (tests build x86-64-v3, AVX2, too)
@@ -98,6 +98,9 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_attend.restype = ctypes.c_int
     lib.sd_attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 3 + [
         ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    lib.sd_rmsnorm.restype = None
+    lib.sd_rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
+                               ctypes.c_void_p]
     return lib, f"specdesk's own kernels ({lib.sd_isa().decode()})"
 
 
