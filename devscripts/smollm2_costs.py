@@ -10,6 +10,8 @@
     python devscripts/smollm2_costs.py same-prompts [--target-quant q4]
                                                              # specdesk on llamacpp_prompts.json's ids (run right
                                                              # before devscripts/llamacpp_compare.py)
+    python devscripts/smollm2_costs.py kernels                  # q4 passes over 1..6 positions on torch's kernels
+                                                             # and on specdesk's own (core/kernels), A/B
     python devscripts/smollm2_costs.py agree --llamacpp OUT.json  # q4 greedy replies on torch's kernels and on
                                                              # specdesk's own: how far each follows llama.cpp's
 
@@ -180,6 +182,52 @@ def same_prompts(args) -> None:
                       "pooled_decode_tokens_per_s": {n: round(a / b, 1) for n, (a, b) in totals.items()}}))
 
 
+def kernels_ab(args) -> None:
+    """A q4 pass over 1..6 positions (after 300), with torch's kernels (int4 products, attention a call a position,
+    RMSNorm in eight operations) and with specdesk's own, alternating, two rounds; and the float32 model's argmax
+    agreement and KL on 1,500 positions of this README (what quantizing activations to 8 bits costs)."""
+    import os
+
+    from specdesk.core import kernels
+
+    ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
+    decs = {}
+    for which in ("torch", "own"):
+        if which == "torch":
+            os.environ[kernels.ENV] = "torch"
+        else:
+            os.environ.pop(kernels.ENV, None)
+        decs[which] = fastdraft.LeanDecoder(load_model(args.gguf, quant="q4", device="cpu").model, 1600)
+        decs[which].forward(ids[:300])
+    passes = {}
+    for _ in range(2):
+        for n in range(1, 7):
+            for which, dec in decs.items():
+                ms = _ms(lambda: dec.forward(ids[300:300 + n], every=True), 20, 5, lambda: dec.crop(300))
+                passes.setdefault(f"{n} positions, {which}", []).append(round(ms, 2))
+    loaded = load_model(args.gguf, dtype="float32", device="cpu")
+    text = (HERE.parent / "README.md").read_text()[20000:40000]
+    seq = torch.tensor(loaded.tokenizer(text)["input_ids"][:1500])
+
+    def logits(dec):
+        dec.crop(0)
+        return torch.cat([dec.forward(seq[s:s + 250], every=True).float() for s in range(0, len(seq), 250)])
+
+    ref = torch.log_softmax(logits(fastdraft.LeanDecoder(loaded.model, 1600)), -1)
+    fidelity = {}
+    for which, dec in decs.items():
+        if which == "torch":
+            os.environ[kernels.ENV] = "torch"
+        else:
+            os.environ.pop(kernels.ENV, None)
+        lp = torch.log_softmax(logits(dec), -1)
+        fidelity[which] = {"top1_agreement": round((lp.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4),
+                           "mean_kl": round((ref.exp() * (ref - lp)).sum(-1).mean().item(), 5)}
+    os.environ.pop(kernels.ENV, None)
+    print(json.dumps({"kernels": kernels.status(), "ms_per_pass_two_rounds": passes,
+                      "against_float32_on_1500_positions": fidelity}, indent=1))
+
+
 def agree(args) -> None:
     """Greedy q4 replies to llamacpp_prompts.json's first prompts under torch's kernels and specdesk's own
     (core/kernels), against llama.cpp's replies in a devscripts/llamacpp_compare.py JSON: the tokens each shares
@@ -211,7 +259,7 @@ def agree(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree"))
+    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels"))
     ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
@@ -220,7 +268,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
-     "agree": agree}[args.what](args)
+     "agree": agree, "kernels": kernels_ab}[args.what](args)
 
 
 if __name__ == "__main__":
