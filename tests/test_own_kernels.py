@@ -1,5 +1,5 @@
 """specdesk's own CPU kernels: q4/q8 products (core/kernels/q4gemm.c, int4.NativeQ4Linear / NativeQ8Linear) and
-position-by-position attention (core/kernels/attention.c, the lean decoder's verify passes) and RMSNorm (rows.c).
+position-by-position attention (core/kernels/attention.c, the lean decoder's verify passes) and the row-wise steps (rows.c: RMSNorm, rotary embedding with the cache write, SwiGLU).
 
 Checked for the products: it builds here and says which instructions it uses, and torch's kernel is taken when asked; the same
 codes, steps and zeros as torch's layout hold (read back bit for bit); the product is the dequantized weights times
@@ -228,3 +228,28 @@ def test_rmsnorm_is_torchs_to_one_bfloat16_step_and_each_rows_own(march):
     assert ((together.float() - ref.float()).abs() <= step).all()
     assert (together == ref).float().mean() > 0.9  # mostly bit for bit: only the float32 sum's order differs
     assert torch.equal(torch.cat([norm(x[i:i + 1].contiguous()) for i in range(9)]), together)
+
+
+def test_rotary_cache_write_and_swiglu_are_the_torch_forms(march):
+    """sd_rope_kv: LeanDecoder._rotate's three bfloat16 operations bit for bit, q out as (n, hq, hd), rotated k and
+    v into the cache slots after p0; sd_silu_mul: silu(gate) * up to one bfloat16 step."""
+    g = torch.Generator().manual_seed(11)
+    n, hq, hk, hd, cap, p0 = 3, 4, 2, 32, 64, 40
+    qkv = torch.randn(n, (hq + 2 * hk) * hd, generator=g).bfloat16()
+    cos, sin = torch.randn(n, hd, generator=g).bfloat16(), torch.randn(n, hd, generator=g).bfloat16()
+    kc, vc = torch.zeros(hk, cap, hd, dtype=torch.bfloat16), torch.zeros(hk, cap, hd, dtype=torch.bfloat16)
+    q = torch.empty(n, hq, hd, dtype=torch.bfloat16)
+    kernels.library().sd_rope_kv(qkv.data_ptr(), n, hq, hk, hd, cos.data_ptr(), sin.data_ptr(), q.data_ptr(),
+                                 kc.data_ptr(), vc.data_ptr(), cap * hd, p0)
+    heads = qkv.view(n, hq + 2 * hk, hd).transpose(0, 1)  # (heads, n, hd)
+    rotated = heads[:hq + hk] * cos + heads[:hq + hk].roll(hd // 2, -1) * sin  # LeanDecoder._rotate
+    assert torch.equal(q.transpose(0, 1), rotated[:hq])
+    assert torch.equal(kc[:, p0:p0 + n], rotated[hq:]) and torch.equal(vc[:, p0:p0 + n], heads[hq + hk:])
+    assert not kc[:, :p0].any() and not kc[:, p0 + n:].any()  # nothing else written
+    gu = (torch.randn(5, 2 * 96, generator=g) * 4).bfloat16()
+    out = torch.empty(5, 96, dtype=torch.bfloat16)
+    kernels.library().sd_silu_mul(gu.data_ptr(), 5, 96, out.data_ptr())
+    gate, up = gu.chunk(2, dim=-1)
+    ref = torch.nn.functional.silu(gate) * up
+    assert ((out.float() - ref.float()).abs() <= ref.float().abs() * 2 ** -7 + 1e-30).all()
+    assert (out == ref).float().mean() > 0.95

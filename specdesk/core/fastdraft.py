@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from specdesk.core import fewrows, int4
 
 SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
+FEW_ROWS_ATTENTION = 16  # passes of up to this many positions attend position by position with the own kernel
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
 
 
@@ -178,13 +179,15 @@ class LeanDecoder:
 
             lib = kernels.library()
             self._attend = None if lib is None else lib.sd_attend
-        # RMSNorm in one call (core/kernels/rows.c) for bfloat16 on a CPU: eight small operations -> one, 61 a pass
-        self._rmsnorm = None
-        if self.attn64 and dtype == torch.bfloat16:
+        # RMSNorm, rotary embedding with the cache write, and SwiGLU's product in one call each (core/kernels/rows.c)
+        # for bfloat16 on a CPU: ~25 small operations a layer -> 4
+        self._rmsnorm = self._rows_kernel = None
+        if self.attn64 and dtype == torch.bfloat16 and self.head_dim % 2 == 0:
             from specdesk.core import kernels
 
             lib = kernels.library()
             self._rmsnorm = None if lib is None else lib.sd_rmsnorm
+            self._rows_kernel = lib
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -197,8 +200,10 @@ class LeanDecoder:
         self._few.n = n
 
     def _rows(self, n: int, every: bool) -> bool:
-        """Whether a pass of n positions attends position by position (bfloat16 on a CPU: see __init__)."""
-        return self.attn64 and (every or n == 1)
+        """Whether a pass of n positions attends position by position (bfloat16 on a CPU: see __init__). With the
+        own attention kernel a few positions go so too (a draft catching up on 2-3 accepted tokens: 0.71 -> 0.50
+        ms for SmolLM2's draft against the float64 call); which way depends on n alone, as before."""
+        return self.attn64 and (every or n == 1 or (self._attend is not None and n <= FEW_ROWS_ATTENTION))
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if self._rmsnorm is not None and x.is_contiguous():
@@ -283,14 +288,24 @@ class LeanDecoder:
         if group > 1:
             mask = mask.repeat(group, 1)  # (group * n, end): row i * n + t is position t's mask
         plan = self._attend_plan(spans) if spans is not None and self._attend is not None else None
+        rows_kernel = self._rows_kernel
+        if rows_kernel is not None:
+            cos, sin = cos.contiguous(), sin.contiguous()
         for L in self.layers:
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
-            qk, v = qkv.split([(hq + hk) * hd, hk * hd], dim=-1)
-            qk = self._rotate(qk.view(n, hq + hk, hd).transpose(0, 1), cos, sin)  # (hq + hk, n, hd)
-            q, k = qk[:hq], qk[hq:]
-            L["k"][0, :, p0:end] = k
-            L["v"][0, :, p0:end] = v.view(n, hk, hd).transpose(0, 1)
+            if rows_kernel is not None:  # rotary embedding and cache write in one call: q as (n, hq, hd)
+                q_rows = torch.empty(n, hq, hd, dtype=x.dtype)
+                rows_kernel.sd_rope_kv(qkv.contiguous().data_ptr(), n, hq, hk, hd, cos.data_ptr(), sin.data_ptr(),
+                                       q_rows.data_ptr(), L["k"].data_ptr(), L["v"].data_ptr(),
+                                       self.capacity * hd, p0)
+                q = q_rows.transpose(0, 1)  # (hq, n, hd), a view
+            else:
+                qk, v = qkv.split([(hq + hk) * hd, hk * hd], dim=-1)
+                qk = self._rotate(qk.view(n, hq + hk, hd).transpose(0, 1), cos, sin)  # (hq + hk, n, hd)
+                q, k = qk[:hq], qk[hq:]
+                L["k"][0, :, p0:end] = k
+                L["v"][0, :, p0:end] = v.view(n, hk, hd).transpose(0, 1)
             if plan is not None:
                 att = self._own_attention(q, L["k"], L["v"], plan)
             elif spans is not None:
@@ -299,8 +314,14 @@ class LeanDecoder:
                 att = self._attention(q, L["k"][:, :, :end], L["v"][:, :, :end], mask, group).to(x.dtype)
             x = x + L["o"](att)
             h = self._norm(x, L["ln2"])
-            gate, up = self._linear_many(h, L["gu"]).chunk(2, dim=-1)
-            x = x + L["down"](F.silu(gate) * up)
+            gu = self._linear_many(h, L["gu"])
+            if rows_kernel is not None:
+                act = torch.empty(n, gu.shape[1] // 2, dtype=x.dtype)
+                rows_kernel.sd_silu_mul(gu.contiguous().data_ptr(), n, act.shape[1], act.data_ptr())
+            else:
+                gate, up = gu.chunk(2, dim=-1)
+                act = F.silu(gate) * up
+            x = x + L["down"](act)
         self.length = end
         if self.hidden is not None:
             normed = self._norm(x, self.final_norm)  # (n, hidden)
@@ -344,7 +365,7 @@ class LeanDecoder:
         """q (hq, n, hd) -> (n, hq * hd): every position in one call of specdesk's kernel, each alone."""
         hq, hk, hd = self.n_heads, self.n_kv, self.head_dim
         n, prefix, offsets, extras, _ = plan
-        rows = q.transpose(0, 1).contiguous()  # (n, hq, hd)
+        rows = q.transpose(0, 1).contiguous()  # (n, hq, hd): no copy when q came from the rotary kernel
         out = torch.empty(n, hq * hd, dtype=q.dtype)
         if self._attend(rows.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), k_cache.shape[2] * hd, n, hq, hk,
                         hd, prefix, offsets, extras, self.scale, out.data_ptr(), torch.get_num_threads()) != 0:

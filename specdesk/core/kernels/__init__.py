@@ -1,5 +1,6 @@
 """specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c),
-the lean decoder's position-by-position attention in bfloat16 (attention.c) and its RMSNorm in one call (rows.c).
+the lean decoder's position-by-position attention in bfloat16 (attention.c) and its row-wise steps (RMSNorm,
+rotary embedding with the KV cache write, SwiGLU's product) in one call each (rows.c).
 
 Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
 position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
@@ -98,6 +99,10 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_attend.restype = ctypes.c_int
     lib.sd_attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 3 + [
         ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
+    lib.sd_rope_kv.restype = None
+    lib.sd_rope_kv.argtypes = [ctypes.c_void_p] + [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2
+    lib.sd_silu_mul.restype = None
+    lib.sd_silu_mul.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     lib.sd_rmsnorm.restype = None
     lib.sd_rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                ctypes.c_void_p]

@@ -39,3 +39,38 @@ void sd_rmsnorm(const uint16_t *x, int64_t n, int64_t h, const uint16_t *w, floa
         for (int64_t d = 0; d < h; d++) out[r * h + d] = to_bf(bf(w[d]) * bf(to_bf(bf(xr[d]) * inv)));
     }
 }
+
+/* Rotary embedding of q and k and the KV cache write of a pass, in one call. qkv: (n, (hq + 2 hk) * hd), each row
+ * q heads, k heads, v heads; cos, sin_signed: (n, hd) (sin with its first half negated). q_out: (n, hq, hd), rotated;
+ * rotated k and v go to cache slots p0 .. p0 + n - 1 (KV head h, slot j at cache + h * head_stride + j * hd).
+ * Rotation as LeanDecoder._rotate computes it: bf16(bf16(t * cos) + bf16(roll(t, hd / 2) * sin_signed)). */
+void sd_rope_kv(const uint16_t *qkv, int64_t n, int64_t hq, int64_t hk, int64_t hd, const uint16_t *cos,
+                const uint16_t *sin_signed, uint16_t *q_out, uint16_t *kc, uint16_t *vc, int64_t head_stride,
+                int64_t p0) {
+    const int64_t half = hd / 2, width = (hq + 2 * hk) * hd;
+    for (int64_t t = 0; t < n; t++) {
+        const uint16_t *row = qkv + t * width, *c = cos + t * hd, *s = sin_signed + t * hd;
+        for (int64_t h = 0; h < hq + hk; h++) {
+            const uint16_t *x = row + h * hd;
+            uint16_t *dst = h < hq ? q_out + (t * hq + h) * hd : kc + (h - hq) * head_stride + (p0 + t) * hd;
+            for (int64_t d = 0; d < hd; d++) {
+                const float a = bf(to_bf(bf(x[d]) * bf(c[d])));
+                const float b = bf(to_bf(bf(x[(d + half) % hd]) * bf(s[d])));
+                dst[d] = to_bf(a + b);
+            }
+        }
+        for (int64_t h = 0; h < hk; h++)
+            memcpy(vc + h * head_stride + (p0 + t) * hd, row + (hq + hk + h) * hd, (size_t)hd * 2);
+    }
+}
+
+/* SwiGLU's product: out (n, inter) = bf16(bf16(silu(gate)) * up), gu (n, 2 inter) = [gate, up] per row. */
+void sd_silu_mul(const uint16_t *gu, int64_t n, int64_t inter, uint16_t *out) {
+    for (int64_t t = 0; t < n; t++) {
+        const uint16_t *g = gu + t * 2 * inter, *u = g + inter;
+        for (int64_t i = 0; i < inter; i++) {
+            const float x = bf(g[i]);
+            out[t * inter + i] = to_bf(bf(to_bf(x / (1.0f + expf(-x)))) * bf(u[i]));
+        }
+    }
+}
