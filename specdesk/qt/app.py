@@ -51,6 +51,16 @@ def _has_display() -> bool:
     return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
+def _build_kernels_in_background() -> None:
+    """specdesk's own CPU kernels build once per machine (~1 s, core/kernels); off the GUI thread, so that neither
+    the first model load nor the planner (which counts a q4 head by them) waits for the compiler on screen."""
+    import threading
+
+    from specdesk.core import kernels
+
+    threading.Thread(target=kernels.library, daemon=True, name="specdesk-kernels").start()
+
+
 def run_app(target: str | None = None, draft: str | None = None) -> int:
     from specdesk.core.errors import SpecdeskError
 
@@ -63,6 +73,7 @@ def run_app(target: str | None = None, draft: str | None = None) -> int:
     if problem:
         raise SpecdeskError(problem)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _build_kernels_in_background()
     app = make_app()
     from specdesk.qt.main_window import MainWindow
 
