@@ -253,3 +253,15 @@ def test_rotary_cache_write_and_swiglu_are_the_torch_forms(march):
     ref = torch.nn.functional.silu(gate) * up
     assert ((out.float() - ref.float()).abs() <= ref.float().abs() * 2 ** -7 + 1e-30).all()
     assert (out == ref).float().mean() > 0.95
+
+
+def test_argmax_is_torchs_first_largest_value(march):
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(4, 49152 + 7, generator=g).bfloat16()
+    x[1, 100] = x[1, 9000] = x[1, 49158] = 50.0  # a tie: the first one counts
+    x[2, -1] = 60.0  # in the tail after the last whole 16
+    x[3] = -1.0  # all equal: index 0
+    assert torch.equal(kernels.argmax(x), x.argmax(dim=-1))
+    assert kernels.argmax(x).tolist()[1:] == [100, 49158, 0]
+    assert torch.equal(kernels.argmax(x[0]), x[0].argmax())  # one row, a 0-d index, as the drafter asks
+    assert torch.equal(kernels.argmax(x.float()), x.float().argmax(dim=-1))  # other dtypes: torch's

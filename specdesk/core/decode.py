@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
+from specdesk.core import kernels
 from specdesk.core.acceptance import verify_greedy, verify_sampled
 from specdesk.core.detok import IncrementalDetokenizer
 from specdesk.core.drafters import Drafter
@@ -100,13 +101,13 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         if proposal.leaves:
             tree = layout(last, proposal.tokens, proposal.leaves)
             logits = target.verify_tree(tree)  # (rows, V)
-            chain_kept, n, emitted, leaf = verify_greedy_tree(logits.argmax(dim=-1).tolist(),
+            chain_kept, n, emitted, leaf = verify_greedy_tree(kernels.argmax(logits).tolist(),
                                                               proposal.tokens.tolist(), tree)
             target.settle_tree(len(tree.depths), chain_kept, leaf)
         else:
             logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
             if sampling.greedy:
-                n, emitted = verify_greedy(logits.argmax(dim=-1), proposal.tokens)
+                n, emitted = verify_greedy(kernels.argmax(logits), proposal.tokens)
             else:
                 n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
                                             generator)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specdesk.core import kernels
 from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import SamplingConfig, process_logits, sample
 from specdesk.core.sequence import ModelSequence
@@ -156,7 +157,7 @@ class ModelDrafter(Drafter):
                 leaves.append(top[1:])  # top[0] is the chain's token (at a tie it may be a leaf: it never matches then)
             if sampling.greedy:
                 if keep is None:
-                    tok = logits.argmax().view(1)
+                    tok = kernels.argmax(logits).view(1)
                 else:
                     q, tok = logits.softmax(-1).max(-1)
                     tok = tok.view(1)
