@@ -28,6 +28,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c", "rows.c"))
+HEADERS = (Path(__file__).with_name("scalars.h"),)  # in the cache key too
 FLAGS = ("-O3", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
 ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
 MARCH_ENV = "SPECDESK_KERNELS_MARCH"  # the -march to build for: native unless set (tests build x86-64-v3, AVX2, too)
@@ -69,7 +70,7 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as e:
         return None, f"torch's kernels: the C compiler did not run: {e}"
-    source = b"".join(path.read_bytes() for path in SOURCES)
+    source = b"".join(path.read_bytes() for path in SOURCES + HEADERS)
     flags = (f"-march={march}", *FLAGS)
     key = hashlib.sha256(source + " ".join(flags).encode() + version.encode() + _cpu_key().encode()).hexdigest()[:16]
     out = _cache_dir() / f"q4gemm-{key}.so"

@@ -10,47 +10,12 @@
  * Position t sees slots 0 .. prefix[t] - 1, then extras[extra_off[t] .. extra_off[t + 1] - 1] (a tree node's
  * ancestors), in that order. out: (n, hq * hd) bfloat16. Query head i reads KV head i / (hq / hk).
  */
-#include <math.h>
 #include <omp.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "scalars.h"
 
 #define LANES 16
-
-static inline float bf16f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* exp(x) for x <= 0 (Cephes' expf: 2^n (1 + r + r^2 P(r))), written so that the compiler vectorizes the loop. */
-static inline float exp_neg(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r + 1.0f);
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, 4);
-    return p * s;
-}
 
 /* sum a[d] * b[d] over d < hd (hd a multiple of LANES): lane-wise partial sums, then a fixed tree. */
 #if defined(__AVX512F__)
@@ -119,7 +84,7 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
     float *restrict row = qf + g * hd;       /* (hd): one key or value */
     float *restrict o = row + hd;            /* (g, hd) */
     float *restrict s = o + g * hd;          /* (g, L) scores, then weights */
-    for (int64_t i = 0; i < g * hd; i++) qf[i] = bf16f(q[i]), o[i] = 0.0f;
+    for (int64_t i = 0; i < g * hd; i++) qf[i] = bf(q[i]), o[i] = 0.0f;
 #ifdef FAST_SCORES
     if (hd % 32 == 0) {
         scores16(q, kc, hd, g, prefix, extras, L, scale, s);
@@ -127,7 +92,7 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
 #endif
     for (int64_t j = 0; j < L; j++) {
         const uint16_t *k = kc + (j < prefix ? j : extras[j - prefix]) * hd;
-        for (int64_t d = 0; d < hd; d++) row[d] = bf16f(k[d]);
+        for (int64_t d = 0; d < hd; d++) row[d] = bf(k[d]);
         for (int64_t i = 0; i < g; i++) s[i * L + j] = dot(qf + i * hd, row, hd) * scale;
     }
     for (int64_t i = 0; i < g; i++) {
@@ -140,7 +105,7 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
         for (int64_t j = full; j < L; j++) top[j - full] = si[j] > top[j - full] ? si[j] : top[j - full];
         float m = top[0];
         for (int l = 1; l < LANES; l++) m = top[l] > m ? top[l] : m;
-        for (int64_t j = 0; j < L; j++) si[j] = exp_neg(si[j] - m);
+        for (int64_t j = 0; j < L; j++) si[j] = exp_fast(si[j] - m);
         for (int64_t j0 = 0; j0 < full; j0 += LANES)
             for (int l = 0; l < LANES; l++) acc[l] += si[j0 + l];
         for (int64_t j = full; j < L; j++) acc[j - full] += si[j];
@@ -167,14 +132,14 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
 #endif
     for (int64_t j = 0; j < L; j++) {
         const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * hd;
-        for (int64_t d = 0; d < hd; d++) row[d] = bf16f(v[d]);
+        for (int64_t d = 0; d < hd; d++) row[d] = bf(v[d]);
         for (int64_t i = 0; i < g; i++) {
             const float p = s[i * L + j];
             float *restrict oi = o + i * hd;
             for (int64_t d = 0; d < hd; d++) oi[d] = fmaf(p, row[d], oi[d]);
         }
     }
-    for (int64_t i = 0; i < g * hd; i++) out[i] = f_bf16(o[i]);
+    for (int64_t i = 0; i < g * hd; i++) out[i] = to_bf(o[i]);
 }
 
 /* Returns 0, or -1 if out of memory. */

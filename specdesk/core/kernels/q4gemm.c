@@ -17,27 +17,11 @@
  * x: (M, K) bfloat16 rows; y: (M, N) bfloat16 rows (rounded to nearest even).
  */
 #include <immintrin.h>
-#include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "scalars.h"
 
 #define MR 8 /* rows per register block */
-
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define QUANTIZE_AVX512 1
@@ -79,7 +63,7 @@ static void quantize_rows(const uint16_t *x, int64_t M, int64_t K, int8_t *qx, f
         for (int64_t g = 0; g < G; g++) {
             float v[32], amax = 0.0f;
             for (int i = 0; i < 32; i++) {
-                v[i] = bf16_to_f32(x[m * K + g * 32 + i]);
+                v[i] = bf(x[m * K + g * 32 + i]);
                 float a = fabsf(v[i]);
                 amax = a > amax ? a : amax;
             }
@@ -107,7 +91,7 @@ static inline __m512 load_bf16x16(const uint16_t *p) {
 static void store_bf16x16(uint16_t *p, __m512 v) {
     float f[16];
     _mm512_storeu_ps(f, v);
-    for (int i = 0; i < 16; i++) p[i] = f32_to_bf16(f[i]);
+    for (int i = 0; i < 16; i++) p[i] = to_bf(f[i]);
 }
 
 /* The 8 dot products of a group (32 inputs x 16 outputs) in four independent sums: one chain of 8 vpdpbusd waits
@@ -182,7 +166,7 @@ static inline __m256 load_bf16x8(const uint16_t *p) {
 static void store_bf16x8(uint16_t *p, __m256 v) {
     float f[8];
     _mm256_storeu_ps(f, v);
-    for (int i = 0; i < 8; i++) p[i] = f32_to_bf16(f[i]);
+    for (int i = 0; i < 8; i++) p[i] = to_bf(f[i]);
 }
 
 /* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */

@@ -4,26 +4,9 @@
  *
  * rmsnorm: y = bf16(w * bf16(x * 1 / sqrt(mean(x^2) + eps))), x and w bfloat16, the mean in float32: what
  * LeanDecoder._norm computes, its sum in another order. */
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
+#include "scalars.h"
 
 #define LANES 16
-
-static inline float bf(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t to_bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 void sd_rmsnorm(const uint16_t *x, int64_t n, int64_t h, const uint16_t *w, float eps, uint16_t *out) {
     const int64_t full = h / LANES * LANES;
@@ -64,26 +47,6 @@ void sd_rope_kv(const uint16_t *qkv, int64_t n, int64_t hq, int64_t hk, int64_t 
     }
 }
 
-/* exp(x) (Cephes' expf: 2^n (1 + r + r^2 P(r)), |x| clamped to 87), written so that the compiler vectorizes the
- * loop that calls it: libm's expf is a call per element (~7 ns; 46,000 a SmolLM2 position). */
-static inline float exp_any(float x) {
-    x = x < -87.0f ? -87.0f : (x > 87.0f ? 87.0f : x);
-    float n = nearbyintf(x * 1.44269504088896341f);
-    float r = fmaf(n, -0.693359375f, x);
-    r = fmaf(n, 2.12194440e-4f, r);
-    float p = 1.9875691500e-4f;
-    p = fmaf(p, r, 1.3981999507e-3f);
-    p = fmaf(p, r, 8.3334519073e-3f);
-    p = fmaf(p, r, 4.1665795894e-2f);
-    p = fmaf(p, r, 1.6666665459e-1f);
-    p = fmaf(p, r, 5.0000001201e-1f);
-    p = fmaf(p, r * r, r + 1.0f);
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, 4);
-    return p * s;
-}
-
 /* SwiGLU's product: out (n, inter) = bf16(bf16(silu(gate)) * up), gu (n, 2 inter) = [gate, up] per row. */
 void sd_silu_mul(const uint16_t *gu, int64_t n, int64_t inter, uint16_t *out) {
     for (int64_t t = 0; t < n; t++) {
@@ -91,7 +54,7 @@ void sd_silu_mul(const uint16_t *gu, int64_t n, int64_t inter, uint16_t *out) {
         uint16_t *o = out + t * inter;
         for (int64_t i = 0; i < inter; i++) {
             const float x = bf(g[i]);
-            o[i] = to_bf(bf(to_bf(x / (1.0f + exp_any(-x)))) * bf(u[i]));
+            o[i] = to_bf(bf(to_bf(x / (1.0f + exp_fast(-x)))) * bf(u[i]));
         }
     }
 }

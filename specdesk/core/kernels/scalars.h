@@ -1,0 +1,44 @@
+/* Scalar helpers the kernels share: bfloat16 <-> float32 (round to nearest even, NaN kept), and exp in a form the
+ * compiler vectorizes (libm's expf is a call per element). */
+#ifndef SPECDESK_SCALARS_H
+#define SPECDESK_SCALARS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float bf(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline uint16_t to_bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 64); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* exp(x), |x| clamped to 87: Cephes' expf, 2^n (1 + r + r^2 P(r)). */
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : (x > 87.0f ? 87.0f : x);
+    float n = nearbyintf(x * 1.44269504088896341f);
+    float r = fmaf(n, -0.693359375f, x);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    p = fmaf(p, r * r, r + 1.0f);
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, 4);
+    return p * s;
+}
+
+#endif
