@@ -182,21 +182,28 @@ def same_prompts(args) -> None:
                       "pooled_decode_tokens_per_s": {n: round(a / b, 1) for n, (a, b) in totals.items()}}))
 
 
+def _use_kernels(which: str) -> None:
+    """Models loaded (and decoders made) from now on take torch's kernels ("torch") or specdesk's own ("own")."""
+    import os
+
+    from specdesk.core import kernels
+
+    if which == "torch":
+        os.environ[kernels.ENV] = "torch"
+    else:
+        os.environ.pop(kernels.ENV, None)
+
+
 def kernels_ab(args) -> None:
     """A q4 pass over 1..6 positions (after 300), with torch's kernels (int4 products, attention a call a position,
     RMSNorm in eight operations) and with specdesk's own, alternating, two rounds; and the float32 model's argmax
     agreement and KL on 1,500 positions of this README (what quantizing activations to 8 bits costs)."""
-    import os
-
     from specdesk.core import kernels
 
     ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
     decs = {}
     for which in ("torch", "own"):
-        if which == "torch":
-            os.environ[kernels.ENV] = "torch"
-        else:
-            os.environ.pop(kernels.ENV, None)
+        _use_kernels(which)
         decs[which] = fastdraft.LeanDecoder(load_model(args.gguf, quant="q4", device="cpu").model, 1600)
         decs[which].forward(ids[:300])
     passes = {}
@@ -216,14 +223,11 @@ def kernels_ab(args) -> None:
     ref = torch.log_softmax(logits(fastdraft.LeanDecoder(loaded.model, 1600)), -1)
     fidelity = {}
     for which, dec in decs.items():
-        if which == "torch":
-            os.environ[kernels.ENV] = "torch"
-        else:
-            os.environ.pop(kernels.ENV, None)
+        _use_kernels(which)
         lp = torch.log_softmax(logits(dec), -1)
         fidelity[which] = {"top1_agreement": round((lp.argmax(-1) == ref.argmax(-1)).float().mean().item(), 4),
                            "mean_kl": round((ref.exp() * (ref - lp)).sum(-1).mean().item(), 5)}
-    os.environ.pop(kernels.ENV, None)
+    _use_kernels("own")
     print(json.dumps({"kernels": kernels.status(), "ms_per_pass_two_rounds": passes,
                       "against_float32_on_1500_positions": fidelity}, indent=1))
 
@@ -233,8 +237,6 @@ def agree(args) -> None:
     (core/kernels), against llama.cpp's replies in a devscripts/llamacpp_compare.py JSON: the tokens each shares
     with llama.cpp's before the first difference (llama.cpp quantizes activations to 8 bits per 32, as the own
     kernel does; torch's keeps them bfloat16)."""
-    import os
-
     from specdesk.core import kernels
 
     theirs = json.loads(args.llamacpp.read_text())
@@ -242,10 +244,7 @@ def agree(args) -> None:
     prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:len(ref)]
     out = {}
     for which in ("torch", "own"):
-        if which == "torch":
-            os.environ[kernels.ENV] = "torch"
-        else:
-            os.environ.pop(kernels.ENV, None)
+        _use_kernels(which)
         engine = specdesk.load(args.gguf, None, drafter="none", device="cpu", target_quant="q4")
         shared = []
         for i, p in enumerate(prompts):

@@ -46,6 +46,16 @@ def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     return q.reshape(n, k), step, lo
 
 
+def quantize8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w (N, K) -> codes (N, K) in -127..127 (float32) and d (N, K/32), float32: w ~ d * q, GGUF Q8_0's form (a Q8_0
+    tensor's own d comes back: its largest code is +-127)."""
+    n, k = w.shape
+    g = w.detach().float().reshape(n, k // GROUP, GROUP)
+    d = g.abs().amax(-1) / 127
+    safe = torch.where(d > 0, d, torch.ones_like(d))
+    return torch.round(g / safe[..., None]).clamp_(-127, 127).reshape(n, k), d
+
+
 class Int4Linear(nn.Module):
     """A linear layer on 4-bit codes: y = x @ W.T (+ bias), x in bfloat16 (any leading shape)."""
 
@@ -139,10 +149,8 @@ class Q8Linear(Int4Linear):
     @classmethod
     def from_linear(cls, lin: nn.Linear) -> Q8Linear:
         n, k = lin.weight.shape
-        g = lin.weight.detach().float().reshape(n, k // GROUP, GROUP)
-        d = g.abs().amax(-1) / 127  # (N, K/32); a Q8_0 tensor's own d (its largest code is +-127)
-        safe = torch.where(d > 0, d, torch.ones_like(d))
-        u = (torch.round(g / safe[..., None]).clamp_(-127, 127) + 128).to(torch.int32).reshape(n, k)  # 1..255
+        q, d = quantize8(lin.weight)
+        u = (q + 128).to(torch.int32)  # 1..255
         codes = torch.cat([u // 16, u % 16], dim=1)  # (N, 2K): high nibbles, then low ones
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 1)
         db = d.to(torch.bfloat16).float()
@@ -271,10 +279,8 @@ class NativeQ8Linear(_Native, Q8Linear):
     @classmethod
     def from_linear(cls, lin: nn.Linear) -> NativeQ8Linear:
         n, k = lin.weight.shape
-        g = lin.weight.detach().float().reshape(n, k // GROUP, GROUP)
-        d = g.abs().amax(-1) / 127  # (N, K/32); a Q8_0 tensor's own d (its largest code is +-127)
-        safe = torch.where(d > 0, d, torch.ones_like(d))
-        q = torch.round(g / safe[..., None]).clamp_(-127, 127).to(torch.int8).reshape(n, k)
+        q, d = quantize8(lin.weight)
+        q = q.to(torch.int8)
         scales = d.to(torch.bfloat16).reshape(n // 16, 16, k // GROUP).transpose(1, 2).contiguous()
         return cls(_rows_of_16(q).contiguous(), scales, k, lin.bias)
 
