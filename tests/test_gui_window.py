@@ -98,6 +98,12 @@ class StepRecorder(QObject):
             self.shown.append(len(text))
 
 
+def test_the_status_bar_says_which_cpu_kernels_run(window):
+    # the demo pair runs in float32: torch's kernels, and the tooltip says why (q4/bfloat16 get specdesk's own)
+    assert window.device_label.text() == "device: cpu · torch's kernels"
+    assert "specdesk's own serve q4 and bfloat16" in window.device_label.toolTip()
+
+
 def test_a_reply_streams_whole_words_with_footer_plots_and_log(window, qtbot):
     done, steps, partial_ok = send(window, qtbot)
     assert isinstance(done, DoneEvent) and done.stats.new_tokens > 0

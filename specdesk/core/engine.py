@@ -228,6 +228,8 @@ class Engine:
         """Which kernels a CPU target's q4 products and verify attention run on (core/kernels), in words."""
         if self.device != "cpu":
             return None
+        if getattr(self.target, "dtype", None) != "bfloat16":
+            return f"torch's kernels ({self.target.dtype}: specdesk's own serve q4 and bfloat16 models)"
         from specdesk.core import kernels
 
         return kernels.status()

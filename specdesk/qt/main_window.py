@@ -319,7 +319,11 @@ class MainWindow(QMainWindow):
         self.controls.set_available_drafters(info.drafters, preferred)
         self.pair_label.setText(info.pair_label)
         self.pair_label.setToolTip(info.pair_label)
-        self.device_label.setText(f"device: {info.device}")
+        kernels = info.description.get("cpu_kernels")  # which CPU kernels run (core/kernels), and why
+        own = kernels is not None and kernels.startswith("specdesk's own")
+        self.device_label.setText(f"device: {info.device}" + ("" if kernels is None else
+                                                              " · own kernels" if own else " · torch's kernels"))
+        self.device_label.setToolTip(kernels or "")
         t = info.description.get("target") or {}
         d = info.description.get("draft") or {}
         models = f"target {info.target} [{t.get('quant', 'none')}, {t.get('dtype', '?')}]"
