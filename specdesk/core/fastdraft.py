@@ -171,23 +171,20 @@ class LeanDecoder:
         # prompt's prefill, a draft catching up) attend in float64 in one call, rounded back (~15% faster than
         # position by position over 64): what they leave in the cache is the same for every decoding mode.
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
-        # those position-by-position passes in one call a layer where specdesk's own kernel builds (core/kernels/
-        # attention.c: float32, each position alone by the same instructions, whatever else the call holds)
+        # specdesk's own kernels for bfloat16 on a CPU, where they build: those position-by-position passes in one
+        # call a layer (core/kernels/attention.c: float32, each position alone by the same instructions, whatever
+        # else the call holds); RMSNorm, rotary embedding with the cache write, and SwiGLU's product in one call each
+        # (rows.c: ~25 small operations a layer -> 4)
+        lib = None
+        if self.attn64 and dtype == torch.bfloat16:
+            from specdesk.core import kernels
+
+            lib = kernels.library()
+        self._rmsnorm = None if lib is None else lib.sd_rmsnorm
+        self._rows_kernel = lib if self.head_dim % 2 == 0 else None
         self._attend = None
-        if self.attn64 and dtype == torch.bfloat16 and self.head_dim % 16 == 0 and self.n_heads % self.n_kv == 0:
-            from specdesk.core import kernels
-
-            lib = kernels.library()
-            self._attend = None if lib is None else lib.sd_attend
-        # RMSNorm, rotary embedding with the cache write, and SwiGLU's product in one call each (core/kernels/rows.c)
-        # for bfloat16 on a CPU: ~25 small operations a layer -> 4
-        self._rmsnorm = self._rows_kernel = None
-        if self.attn64 and dtype == torch.bfloat16 and self.head_dim % 2 == 0:
-            from specdesk.core import kernels
-
-            lib = kernels.library()
-            self._rmsnorm = None if lib is None else lib.sd_rmsnorm
-            self._rows_kernel = lib
+        if lib is not None and self.head_dim % 16 == 0 and self.n_heads % self.n_kv == 0:
+            self._attend = lib.sd_attend
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (QCheckBox, QFileDialog, QFrame, QHBoxLayout, QLab
 from specdesk.core import userdirs
 from specdesk.core.errors import SpecdeskError
 from specdesk.core.events import DoneEvent, PrefillEvent, StepEvent
+from specdesk.core.kernels import OWN as OWN_KERNELS
 from specdesk.qt import theme
 from specdesk.qt.cards import MetricCards
 from specdesk.qt.chat import ChatView, Footer, Span, WordBuffer
@@ -320,7 +321,7 @@ class MainWindow(QMainWindow):
         self.pair_label.setText(info.pair_label)
         self.pair_label.setToolTip(info.pair_label)
         kernels = info.description.get("cpu_kernels")  # which CPU kernels run (core/kernels), and why
-        own = kernels is not None and kernels.startswith("specdesk's own")
+        own = kernels is not None and kernels.startswith(OWN_KERNELS)
         self.device_label.setText(f"device: {info.device}" + ("" if kernels is None else
                                                               " · own kernels" if own else " · torch's kernels"))
         self.device_label.setToolTip(kernels or "")

@@ -33,6 +33,8 @@ FLAGS = ("-O3", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-f
 ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
 MARCH_ENV = "SPECDESK_KERNELS_MARCH"  # the -march to build for: native unless set (tests build x86-64-v3, AVX2, too)
 
+OWN = "specdesk's own kernels"  # how status() begins when they run (the status bar reads it)
+
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -109,14 +111,22 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_rmsnorm.restype = None
     lib.sd_rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                ctypes.c_void_p]
-    return lib, f"specdesk's own kernels ({lib.sd_isa().decode()})"
+    return lib, f"{OWN} ({lib.sd_isa().decode()})"
+
+
+def _torch_asked() -> bool:
+    return os.environ.get(ENV, "").strip().lower() == "torch"
+
+
+def _march() -> str:
+    return os.environ.get(MARCH_ENV, "").strip() or "native"
 
 
 def library() -> ctypes.CDLL | None:
     """The built kernel, or None (torch's int4 kernel runs instead: :func:`status` says why)."""
-    if os.environ.get(ENV, "").strip().lower() == "torch":
+    if _torch_asked():
         return None
-    march = os.environ.get(MARCH_ENV, "").strip() or "native"
+    march = _march()
     with _lock:
         if march not in _state:
             _state[march] = _build(march)
@@ -130,10 +140,10 @@ def available() -> bool:
 
 def status() -> str:
     """One line: which kernels run (q4 products, verify attention), and why."""
-    if os.environ.get(ENV, "").strip().lower() == "torch":
+    if _torch_asked():
         return f"torch's kernels ({ENV}=torch)"
     library()
-    return _state[os.environ.get(MARCH_ENV, "").strip() or "native"][1]
+    return _state[_march()][1]
 
 
 def argmax(logits):
