@@ -265,3 +265,35 @@ def test_argmax_is_torchs_first_largest_value(march):
     assert kernels.argmax(x).tolist()[1:] == [100, 49158, 0]
     assert torch.equal(kernels.argmax(x[0]), x[0].argmax())  # one row, a 0-d index, as the drafter asks
     assert torch.equal(kernels.argmax(x.float()), x.float().argmax(dim=-1))  # other dtypes: torch's
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: q/k/v with biases
+def test_the_layers_in_one_call_give_the_bits_of_the_calls_one_by_one(models_dir, arch, march):
+    """layers.c runs a pass's layers (the one-position steps, verify passes and trees that attend position by
+    position) in one call: logits, final hidden states and KV caches equal those of the same kernels called from
+    Python one by one, for one position, a verify pass over five and a token tree."""
+    from specdesk.core.fastdraft import LeanDecoder
+    from specdesk.core.tree import layout
+
+    path = make_llama(models_dir / f"one-call-{arch}", hidden=128, layers=2, heads=4, kv_heads=2, intermediate=96,
+                      seed=21, arch=arch)
+    model = load_model(str(path), quant="q4", device="cpu").model
+    ids = torch.randint(3, 4000, (200,), generator=torch.Generator().manual_seed(5))
+    decs = [LeanDecoder(model, 300, keep_hidden=True) for _ in range(2)]
+    assert decs[0].layers_in_one_call and decs[1].layers_in_one_call
+    decs[1].layers_in_one_call = False
+    tree = layout(ids[150:151], torch.tensor([101, 102]), (torch.tensor([201, 202]), torch.tensor([301])))
+    outs = []
+    with torch.inference_mode():
+        for dec in decs:
+            got = [dec.forward(ids[:150])]  # a prefill: torch's attention in one call, the same on both
+            got += [dec.forward(ids[150 + i:151 + i]) for i in range(3)]
+            got.append(dec.forward(ids[153:158], every=True))
+            dec.crop(150)
+            got.append(dec.forward_tree(tree.tokens, tree.depths, tree.allowed))
+            got += [dec.hidden[:dec.length].clone()] + [L[c][:, :, :dec.length].clone() for L in dec.layers
+                                                         for c in ("k", "v")]
+            outs.append(got)
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    assert not torch.equal(outs[0][1], outs[0][2])  # the steps did differ from each other

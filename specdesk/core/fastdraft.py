@@ -102,6 +102,27 @@ def _call(lin, few: _FewRows):
     return lin
 
 
+def _layer_table(lib, layers: list, products: list):
+    """The kernels library's sd_layer array for these layers (and the library), or None unless every layer's
+    products are the own kernel's (q/k/v and gate/up joined)."""
+    from specdesk.core import kernels
+
+    if len(products) != len(layers):
+        return None
+    table = (kernels.Layer * len(layers))()
+    for row, entry, mods in zip(table, layers, products):
+        if not all(isinstance(m, int4._Native) for m in mods):
+            return None
+        for name, mod in zip(("qkv", "o", "gu", "down"), mods):
+            bias = 0 if mod.bias is None else mod.bias.data_ptr()
+            setattr(row, name, kernels.Linear(mod.KIND, mod.packed.data_ptr(), mod.scales_zeros.data_ptr(), bias,
+                                              mod.out_features))
+        row.ln1, row.ln2 = entry["ln1"].data_ptr(), entry["ln2"].data_ptr()
+        row.kc, row.vc = entry["k"].data_ptr(), entry["v"].data_ptr()
+        entry["modules"] = mods  # the pointers' tensors live as long as the decoder
+    return table, lib
+
+
 class LeanDecoder:
     """One sequence: feed tokens, get next-token logits (of the last or of every fed position), crop on rejection.
 
@@ -134,6 +155,7 @@ class LeanDecoder:
             fuse = sum(p.numel() * p.element_size() for p in inner.layers.parameters()) <= FUSE_LIMIT_BYTES
         self.fused = bool(fuse and all_plain)
         self.layers = []
+        products = []  # per layer its q/k/v, o, gate/up and down modules where each is one of the own kernel's
         for layer in inner.layers:
             att, mlp = layer.self_attn, layer.mlp
             qkv = [att.q_proj, att.k_proj, att.v_proj]
@@ -155,6 +177,7 @@ class LeanDecoder:
                 fq, fg = int4.fused(att), int4.fused(mlp)  # q4 layers joined when quantized (core/int4.py)
                 entry["qkv"] = [_call(m, few) for m in ([fq] if fq is not None else qkv)]
                 entry["gu"] = [_call(m, few) for m in ([fg] if fg is not None else gu)]
+                products.append((fq, att.o_proj, fg, mlp.down_proj))
             self.layers.append(entry)
         # Rotary tables for every position of this generation, from the model's own rotary module.
         pos = torch.arange(capacity, device=device)[None]
@@ -185,6 +208,13 @@ class LeanDecoder:
         self._attend = None
         if lib is not None and self.head_dim % 16 == 0 and self.n_heads % self.n_kv == 0:
             self._attend = lib.sd_attend
+        # ... and with all of them, the layers of those passes in one call (layers.c: Python's ~15 calls a layer
+        # were ~20% of a SmolLM2 step); the same kernels in the same order, so the same bits. False: call them one
+        # by one (the tests compare the two).
+        self._layers_c = None
+        if self._attend is not None and self._rows_kernel is not None and hasattr(lib, "sd_forward"):
+            self._layers_c = _layer_table(lib, self.layers, products)
+        self.layers_in_one_call = self._layers_c is not None
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -288,7 +318,14 @@ class LeanDecoder:
         rows_kernel = self._rows_kernel
         if rows_kernel is not None:
             cos, sin = cos.contiguous(), sin.contiguous()
-        for L in self.layers:
+        if plan is not None and self.layers_in_one_call:
+            x = x.to(self.embed.dtype).clone(memory_format=torch.contiguous_format)  # updated in place
+            table, lib = self._layers_c
+            if lib.sd_forward(x.data_ptr(), n, table, len(self.layers), x.shape[1], hq, hk, hd, cos.data_ptr(),
+                              sin.data_ptr(), self.capacity * hd, p0, *plan[1:4], self.scale, self.eps,
+                              torch.get_num_threads()) != 0:
+                raise MemoryError("out of memory in the decoder's layers kernel")
+        for L in (() if plan is not None and self.layers_in_one_call else self.layers):
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
             if rows_kernel is not None:  # rotary embedding and cache write in one call: q as (n, hq, hd)

@@ -195,8 +195,10 @@ class _Native:
     KIND = 0  # 4 or 8: which of the kernel's layouts ``packed`` and ``scales_zeros`` hold
 
     def kernel_call(self):
-        if self.bias is not None:
-            return self
+        return self if self.bias is not None else self._product()
+
+    def _product(self):
+        """x -> x @ W.T through the kernel (no bias)."""
         from specdesk.core import kernels
 
         gemm = kernels.library().sd_gemm
@@ -221,7 +223,7 @@ class _Native:
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        y = self.kernel_call()(x.reshape(-1, self.in_features))
+        y = self._product()(x.reshape(-1, self.in_features))
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*shape[:-1], self.out_features)
@@ -343,9 +345,15 @@ def fuse(mods: list) -> Int4Linear | None:
         return None
     k, kind = mods[0].in_features, type(mods[0])
     block = 16 if kind is NativeQ4Linear else 64  # own kernel: blocks of 16 outputs, codes and scales alike
-    if any(m.in_features != k or m.out_features % block or m.bias is not None for m in mods):
+    if any(m.in_features != k or m.out_features % block for m in mods):
         return None
-    return kind(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1), k)
+    # biases (Qwen2's q/k/v) join too where every layer has one: each output gets its own layer's bias, added alike
+    biased = [m.bias is not None for m in mods]
+    if any(biased) and not (all(biased) and kind is NativeQ4Linear):
+        return None
+    bias = torch.cat([m.bias for m in mods]) if all(biased) else None
+    return kind(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1), k,
+                bias)
 
 
 def quantize_model(model: nn.Module, head: str = "q8") -> int:

@@ -1,6 +1,7 @@
 """specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c),
 the lean decoder's position-by-position attention in bfloat16 (attention.c) and its row-wise steps (RMSNorm,
-rotary embedding with the KV cache write, SwiGLU's product, greedy's argmax) in one call each (rows.c).
+rotary embedding with the KV cache write, SwiGLU's product, greedy's argmax) in one call each (rows.c), and all of
+a pass's layers in one call (layers.c: the same kernels in the same order as the decoder's Python loop).
 
 Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
 position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
@@ -27,7 +28,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c", "rows.c"))
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("q4gemm.c", "attention.c", "rows.c", "layers.c"))
 HEADERS = (Path(__file__).with_name("scalars.h"),)  # in the cache key too
 FLAGS = ("-O3", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno")
 ENV = "SPECDESK_KERNELS"  # "torch": torch's kernels (int4 products, attention) even where these build
@@ -111,7 +112,24 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_rmsnorm.restype = None
     lib.sd_rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                ctypes.c_void_p]
+    lib.sd_forward.restype = ctypes.c_int
+    lib.sd_forward.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 5 + [
+        ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 2 + [ctypes.c_int]
     return lib, f"{OWN} ({lib.sd_isa().decode()})"
+
+
+class Linear(ctypes.Structure):
+    """layers.c's sd_linear: a q4gemm.c product (kind 4 or 8), its codes, scales, bias (0: none), outputs."""
+
+    _fields_ = [("kind", ctypes.c_int64), ("w", ctypes.c_void_p), ("s", ctypes.c_void_p), ("bias", ctypes.c_void_p),
+                ("n", ctypes.c_int64)]
+
+
+class Layer(ctypes.Structure):
+    """layers.c's sd_layer: a decoder layer's norm weights, four products and KV cache."""
+
+    _fields_ = [("ln1", ctypes.c_void_p), ("ln2", ctypes.c_void_p), ("qkv", Linear), ("o", Linear), ("gu", Linear),
+                ("down", Linear), ("kc", ctypes.c_void_p), ("vc", ctypes.c_void_p)]
 
 
 def _torch_asked() -> bool:

@@ -22,6 +22,9 @@
 #include "scalars.h"
 
 #define MR 8 /* rows per register block */
+#ifndef PREFETCH
+#define PREFETCH 32 /* groups ahead */
+#endif
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define QUANTIZE_AVX512 1
@@ -116,6 +119,8 @@ static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int
     for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const uint8_t *wp = w + g * 256;
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(wp + PREFETCH * 256 + 64 * c), _MM_HINT_T0);
+        _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
         __m512i wv[8];
         for (int t = 0; t < 4; t++) {
             __m512i v = _mm512_loadu_si512((const void *)(wp + 64 * t));
@@ -143,6 +148,8 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
     for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const int8_t *wp = w + g * 512;
+        for (int c = 0; c < 8; c++) _mm_prefetch((const char *)(wp + PREFETCH * 512 + 64 * c), _MM_HINT_T0);
+        if (g % 2 == 0) _mm_prefetch((const char *)(s + (g + PREFETCH) * 16), _MM_HINT_T0);
         __m512i wv[8];
         for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wp + 64 * j)), flip);
         __m512 dw = load_bf16x16(s + g * 16);
