@@ -74,6 +74,35 @@ static void scores16(const uint16_t *q, const uint16_t *kc, int64_t hd, int64_t 
         }
     }
 }
+
+/* The weighted sum of values, every output dimension of the g heads in registers at once (G x C vectors of 16, C =
+ * hd / 16), keys in order: each lane's sum is the one-chunk-at-a-time loop's, in the same order, so the same bits,
+ * with G * C independent chains instead of G. Constant G and C keep the sums in registers. */
+static inline __attribute__((always_inline)) void pv_fixed(const int G, const int C, const float *s,
+                                                           const uint16_t *vc, int64_t prefix, const int64_t *extras,
+                                                           int64_t L, float *o) {
+    __m512 acc[G * C];
+    for (int a = 0; a < G * C; a++) acc[a] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < L; j++) {
+        const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (16 * C);
+        for (int c = 0; c < C; c++) {
+            const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(
+                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + 16 * c))), 16));
+            for (int i = 0; i < G; i++) acc[i * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * L + j]), vf, acc[i * C + c]);
+        }
+    }
+    for (int i = 0; i < G; i++)
+        for (int c = 0; c < C; c++) _mm512_storeu_ps(o + (i * C + c) * 16, acc[i * C + c]);
+}
+
+/* pv_fixed for the shapes it is built for (1-4 heads a KV head at head_dim 64, 1-2 at 128); 0 for others. */
+static int pv_all(int64_t g, int64_t chunks, const float *s, const uint16_t *vc, int64_t prefix,
+                  const int64_t *extras, int64_t L, float *o) {
+#define PV_CASE(G, C) if (g == G && chunks == C) { pv_fixed(G, C, s, vc, prefix, extras, L, o); return 1; }
+    PV_CASE(1, 4) PV_CASE(2, 4) PV_CASE(3, 4) PV_CASE(4, 4) PV_CASE(1, 8) PV_CASE(2, 8)
+#undef PV_CASE
+    return 0;
+}
 #endif
 
 static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, int64_t hd, int64_t g,
@@ -115,7 +144,9 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
         for (int64_t j = 0; j < L; j++) si[j] *= inv;
     }
 #ifdef FAST_SCORES
-    if (g <= 16) {
+    if (pv_all(g, hd / 16, s, vc, prefix, extras, L, o)) {
+        /* done: every dimension at once */
+    } else if (g <= 16) {
         /* 16 output dimensions at a time, the g heads' sums in registers, keys in order */
         for (int64_t c = 0; c < hd; c += 16) {
             __m512 acc[16];
@@ -152,17 +183,21 @@ int sd_attend(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, int64_t
         int64_t L = prefix[t] + extra_off[t + 1] - extra_off[t];
         longest = L > longest ? L : longest;
     }
-    const int64_t per = 2 * g * hd + hd + g * longest + 16; /* floats of one item's work space */
-    const int64_t items = n * hk;
     if (threads < 1) threads = 1;
+    /* An item is a position's query heads on one KV head (sharing its keys), or, where those are too few to keep
+     * the threads busy (one position, 3 KV heads, 2 threads: 2 against 1), one query head: a head's sums are its
+     * own either way (the same bits). */
+    const int64_t per_item = n * hk < 2 * threads && g > 1 ? 1 : g;
+    const int64_t per = 2 * per_item * hd + hd + per_item * longest + 16; /* floats of one item's work space */
+    const int64_t items = n * hq / per_item;
     if (threads > items) threads = (int)items;
     float *work = (float *)malloc((size_t)(per * threads) * sizeof(float));
     if (!work) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t item = 0; item < items; item++) {
-        const int64_t t = item / hk, h = item % hk;
-        attend_one(q + (t * hq + h * g) * hd, kc + h * head_stride, vc + h * head_stride, hd, g, prefix[t],
-                   extras + extra_off[t], extra_off[t + 1] - extra_off[t], scale, out + (t * hq + h * g) * hd,
+        const int64_t t = item / (hq / per_item), first = item % (hq / per_item) * per_item, h = first / g;
+        attend_one(q + (t * hq + first) * hd, kc + h * head_stride, vc + h * head_stride, hd, per_item, prefix[t],
+                   extras + extra_off[t], extra_off[t + 1] - extra_off[t], scale, out + (t * hq + first) * hd,
                    work + per * omp_get_thread_num());
     }
     free(work);

@@ -22,9 +22,9 @@
 #include "scalars.h"
 
 #define MR 8 /* rows per register block */
-#ifndef PREFETCH
-#define PREFETCH 32 /* groups ahead */
-#endif
+/* Software prefetch of the weights this many groups ahead (8 KB of q4 codes): a one-row pass streams ~96 MB for
+ * SmolLM2 and stalled on those loads; measured on the 2-core Xeon, 8 and 32 groups beat none by ~10-20%. */
+#define PREFETCH 32
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define QUANTIZE_AVX512 1
@@ -111,7 +111,18 @@ static inline __m512i dot8(const __m512i *wv, const int32_t *xq) {
     return _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
 }
 
-static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+/* The same sums in two chains: where several rows share the weights their chains overlap, and the adds are fewer. */
+static inline __m512i dot8_2(const __m512i *wv, const int32_t *xq) {
+    __m512i a0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[0], _mm512_set1_epi32(xq[0]));
+    __m512i a1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[4], _mm512_set1_epi32(xq[4]));
+    for (int j = 1; j < 4; j++) {
+        a0 = _mm512_dpbusd_epi32(a0, wv[j], _mm512_set1_epi32(xq[j]));
+        a1 = _mm512_dpbusd_epi32(a1, wv[j + 4], _mm512_set1_epi32(xq[j + 4]));
+    }
+    return _mm512_add_epi32(a0, a1);
+}
+
+static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
                      const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
     const int64_t G = K / 32;
     const __m512i low = _mm512_set1_epi8(0x0f);
@@ -131,10 +142,9 @@ static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int
         __m512 c = _mm512_fmadd_ps(step, _mm512_set1_ps(-8.0f), zero); /* the weight at code 0 */
         for (int r = 0; r < rows; r++) {
             const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
-            __m512i a = dot8(wv, xq);
-            float d = dx[r * G + g];
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(step, _mm512_set1_ps(d)), acc[r]);
-            acc[r] = _mm512_fmadd_ps(c, _mm512_set1_ps(d * (float)isum[r * G + g]), acc[r]);
+            __m512i a = rows == 1 ? dot8(wv, xq) : dot8_2(wv, xq);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(step, _mm512_set1_ps(dx[r * G + g])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(c, _mm512_set1_ps(dsum[r * G + g]), acc[r]);
         }
     }
     for (int r = 0; r < rows; r++) store_bf16x16(y + r * N, acc[r]);
@@ -155,7 +165,7 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
         __m512 dw = load_bf16x16(s + g * 16);
         for (int r = 0; r < rows; r++) {
             const int32_t *xq = (const int32_t *)(qx + r * K + g * 32);
-            __m512i a = dot8(wv, xq);
+            __m512i a = rows == 1 ? dot8(wv, xq) : dot8_2(wv, xq);
             a = _mm512_sub_epi32(a, _mm512_set1_epi32(128 * isum[r * G + g])); /* (w + 128) x -> w x */
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r * G + g])), acc[r]);
         }
@@ -177,7 +187,7 @@ static void store_bf16x8(uint16_t *p, __m256 v) {
 }
 
 /* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */
-static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
+static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
                      const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
     const int64_t G = K / 32;
     const __m256i low = _mm256_set1_epi8(0x0f);
@@ -187,6 +197,10 @@ static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int
         for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t g = 0; g < G; g++) {
             const uint8_t *wp = w + g * 256 + 32 * h;
+            if (h == 0) {
+                for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(wp + PREFETCH * 256 + 64 * c), _MM_HINT_T0);
+                _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
+            }
             __m256i wv[8];
             for (int t = 0; t < 4; t++) {
                 __m256i v = _mm256_loadu_si256((const __m256i *)(wp + 64 * t));
@@ -200,9 +214,8 @@ static void q4_block(const int8_t *qx, const float *dx, const int32_t *isum, int
                 __m256i a = _mm256_setzero_si256();
                 for (int j = 0; j < 8; j++) /* codes <= 15: pairs of products stay far from int16 saturation */
                     a = _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(xq[j])), ones));
-                float d = dx[r * G + g];
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(step, _mm256_set1_ps(d)), acc[r]);
-                acc[r] = _mm256_fmadd_ps(c, _mm256_set1_ps(d * (float)isum[r * G + g]), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(step, _mm256_set1_ps(dx[r * G + g])), acc[r]);
+                acc[r] = _mm256_fmadd_ps(c, _mm256_set1_ps(dsum[r * G + g]), acc[r]);
             }
         }
         for (int r = 0; r < rows; r++) store_bf16x8(y + r * N + 8 * h, acc[r]);
@@ -219,6 +232,10 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
         for (int r = 0; r < rows; r++) acc[r] = _mm256_setzero_ps();
         for (int64_t g = 0; g < G; g++) {
             const int8_t *wp = w + g * 512 + 32 * h;
+            if (h == 0) {
+                for (int c = 0; c < 8; c++) _mm_prefetch((const char *)(wp + PREFETCH * 512 + 64 * c), _MM_HINT_T0);
+                if (g % 2 == 0) _mm_prefetch((const char *)(s + (g + PREFETCH) * 16), _MM_HINT_T0);
+            }
             __m256i wv[8], wa[8];
             for (int j = 0; j < 8; j++) {
                 wv[j] = _mm256_loadu_si256((const __m256i *)(wp + 64 * j));
@@ -251,24 +268,26 @@ int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, co
     int8_t *qx = (int8_t *)malloc((size_t)(M * K + 64));
     float *dx = (float *)malloc((size_t)(M * G) * sizeof(float) + 64);
     int32_t *isum = (int32_t *)malloc((size_t)(M * G) * sizeof(int32_t) + 64);
-    if (!qx || !dx || !isum) {
-        free(qx), free(dx), free(isum);
+    float *dsum = (float *)malloc((size_t)(M * G) * sizeof(float) + 64); /* dx * isum: q4's zero-point term */
+    if (!qx || !dx || !isum || !dsum) {
+        free(qx), free(dx), free(isum), free(dsum);
         return -1;
     }
     quantize_rows(x, M, K, qx, dx, isum);
+    for (int64_t i = 0; i < M * G; i++) dsum[i] = dx[i] * (float)isum[i];
     const int64_t wblock = kind == 4 ? G * 256 : G * 512, sblock = kind == 4 ? G * 32 : G * 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t nb = 0; nb < NB; nb++) {
         for (int64_t m0 = 0; m0 < M; m0 += MR) {
             int64_t rows = M - m0 < MR ? M - m0 : MR;
             if (kind == 4)
-                q4_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
+                q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
                          s + nb * sblock, y + m0 * N + nb * 16, N);
             else
                 q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)w + nb * wblock,
                          s + nb * sblock, y + m0 * N + nb * 16, N);
         }
     }
-    free(qx), free(dx), free(isum);
+    free(qx), free(dx), free(isum), free(dsum);
     return 0;
 }
