@@ -132,6 +132,11 @@ class AdaptiveK:
     PSEUDO_TRIALS = 2.0  # strength of the pull of a_j toward a_{j-1}
     CONFIDENCE_EDGES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # bins of the draft's p for calibration
     COST_SPREAD = 128.0  # positions: cost slopes count once samples span several times this
+    # Speculate only where the model predicts it beats plain decoding by this much: its estimates carry a few
+    # percent of noise, and near break-even (q4 SmolLM2 with its draft on a 2-core Xeon once specdesk's own
+    # kernels made plain passes 3 ms) drafting on noise lost 5-20% against plain decoding.
+    PLAIN_MARGIN = 0.04
+    REPLAN_PLAIN = 4
 
     def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
                  half_life: float = 16.0, probe_k: int = 2, probe_every: int = 16, probe_max: int = 128,
@@ -171,6 +176,7 @@ class AdaptiveK:
         self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
         # verify(1 ..), mean acceptance of the calibration)
         self.plain_streak = 0
+        self._after_draft = False  # the last step ran the draft model
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
 
@@ -278,6 +284,10 @@ class AdaptiveK:
             if best_r is None or r >= best_r:  # ties go to the larger k (as max over (rate, k) did)
                 best_r, best = r, k
         self.best_rate = best_r
+        plain = self.verify_cost(1, seen) if self.verify[1].seen else None
+        if best > 0 and plain and best_r < (1.0 + self.PLAIN_MARGIN) / plain:
+            self.best_rate = 1.0 / plain
+            return 0
         return best
 
     def calibration_mean(self, prior: float) -> float:
@@ -370,7 +380,10 @@ class AdaptiveK:
         elif not self.verify[1].seen:
             k = 0  # one plain step, to learn what plain decoding costs here
         else:
-            k = self.best_k()
+            # in a plain streak nothing but plain passes is learnt: the choice is looked at again every
+            # REPLAN_PLAIN steps (best_k takes ~65 us, 2% of a 3 ms plain step)
+            replan = self.plain_streak == 0 or self.plain_streak % self.REPLAN_PLAIN == 0
+            k = self.best_k() if replan else 0
             if k == 0:
                 self.plain_streak += 1
                 if self.plain_streak >= self.probe_every:
@@ -390,6 +403,7 @@ class AdaptiveK:
         """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
+        self._after_draft = False
         if accepted is not None:
             self._judge(self.lookup_acc, drafted, accepted)
 
@@ -422,7 +436,13 @@ class AdaptiveK:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:
         the draft's probability of each drafted token, when the drafter reported them."""
         m = min(drafted + 1, len(self.verify) - 1)
-        self.verify[m].add(context_len, verify_s)
+        # A plain step right after a drafted one is not what plain decoding costs: the draft's weights have just
+        # pushed some of the target's out of the CPU's cache (q4 SmolLM2 on a 2-core Xeon: 2.9 ms a plain pass,
+        # 4.1 ms right after a draft step; learnt from those, k=auto kept drafting at 0.8x of plain). Such a
+        # pass is learnt only from plain steps that follow plain steps (a first one is followed by another).
+        if drafted > 0 or not self._after_draft:
+            self.verify[m].add(context_len, verify_s)
+        self._after_draft = drafted > 0
         if drafted <= 0:
             return
         self.draft.add(context_len, draft_s / drafted, float(drafted))
