@@ -297,3 +297,45 @@ def test_the_layers_in_one_call_give_the_bits_of_the_calls_one_by_one(models_dir
     for a, b in zip(*outs):
         assert torch.equal(a, b)
     assert not torch.equal(outs[0][1], outs[0][2])  # the steps did differ from each other
+
+
+def test_a_head_stored_with_a_drafts_rows_first_gives_the_same_logits_and_the_draft_its_rows(march):
+    """int4.share_rows: the target's 8-bit head with a draft's rows stored first writes its logits in vocabulary
+    order through a column map, bit for bit the head's; the draft's reduced head is a view of those rows (no memory
+    of its own but the map), bit for bit the head's outputs at those tokens."""
+    torch.manual_seed(3)
+    head = int4.NativeQ8Linear.from_linear(nn.Linear(128, 320, bias=False))
+    ids = torch.randperm(320)[:48]
+    shared, view = int4.share_rows(head, ids)
+    x = torch.randn(11, 128).bfloat16()  # rows in blocks of 8 and a rest
+    full = head(x)
+    assert torch.equal(shared(x), full) and torch.equal(view(x), full[:, ids])
+    assert torch.equal(shared.codes(), head.codes()) and torch.equal(shared.dequantized(), head.dequantized())
+    assert view.packed.data_ptr() == shared.packed.data_ptr() and view.borrowed
+    assert int4.stored(nn.Sequential(view)) == (48 * 128, 320 * 8)  # the map it added, not the rows
+    assert int4.share_rows(head, ids[:40]) is None  # whole blocks of 16 only
+    assert int4.share_rows(shared, ids) is None  # shared once
+
+
+def test_a_q4_targets_distilled_draft_reads_its_head_rows_from_the_targets(models_dir, march):
+    """specdesk.load with a q4 target and a distilled draft: the draft's reduced head is a view of the target's head
+    (its memory the column map), the planner says so to the byte, and greedy output equals plain decoding."""
+    from specdesk.core.distill.draft import build_draft, save_draft
+    from specdesk.core.plan.planner import plan
+
+    path = make_llama(models_dir / "share-target", hidden=128, layers=2, heads=2, kv_heads=1, intermediate=96, seed=31)
+    target = load_model(str(path), device="cpu")
+    ids = torch.randperm(4096, generator=torch.Generator().manual_seed(1))[:64]
+    draft = build_draft(target.model, 1, ids)
+    out = models_dir / "share-draft"
+    save_draft(draft, out, target, head_ids=ids, target_sha256="0" * 64, target_source=path)
+    engine = specdesk.load(str(path), str(out), device="cpu", target_quant="q4")
+    t_head, d_head = engine.target.model.lm_head, engine.draft.model.lm_head
+    assert d_head.borrowed and d_head.packed.data_ptr() == t_head.packed.data_ptr()
+    assert torch.equal(t_head.out_map[:64], ids)
+    p = plan(str(path), str(out), target_quant="q4", device="cpu", context=256, recommend=False, budget_bytes=2**30)
+    assert sum(r.bytes for r in p.draft.rows[:2]) == engine.draft.weight_bytes
+    plain = specdesk.load(str(path), drafter="none", device="cpu", target_quant="q4")
+    for prompt in PROMPTS[:2]:
+        want = plain.generate(prompt, max_new_tokens=30).token_ids
+        assert engine.generate(prompt, max_new_tokens=30, k=3).token_ids == want

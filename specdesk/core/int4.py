@@ -201,10 +201,12 @@ class _Native:
         """x -> x @ W.T through the kernel (no bias)."""
         from specdesk.core import kernels
 
-        gemm = kernels.library().sd_gemm
+        gemm = kernels.library().sd_gemm_map
         packed, scales, kind = self.packed, self.scales_zeros, self.KIND
         k, n = self.in_features, self.out_features
         w_ptr, s_ptr = packed.data_ptr(), scales.data_ptr()
+        out_map = getattr(self, "out_map", None)  # stored row j is output out_map[j] (share_rows)
+        map_ptr = None if out_map is None else out_map.data_ptr()
         threads = torch.get_num_threads
 
         def call(x: torch.Tensor) -> torch.Tensor:
@@ -212,10 +214,10 @@ class _Native:
                 x = x.to(torch.bfloat16).contiguous()
             m = x.shape[0]
             y = torch.empty(m, n, dtype=torch.bfloat16)
-            if gemm(kind, x.data_ptr(), m, k, w_ptr, s_ptr, n, y.data_ptr(), threads()) != 0:
+            if gemm(kind, x.data_ptr(), m, k, w_ptr, s_ptr, n, y.data_ptr(), n, map_ptr, threads()) != 0:
                 raise MemoryError("out of memory in the q4 kernel")
             return y
-        call.keep = (packed, scales)  # the pointers' tensors live as long as the call
+        call.keep = (packed, scales, out_map)  # the pointers' tensors live as long as the call
         return call
 
     def split_call(self):
@@ -286,14 +288,61 @@ class NativeQ8Linear(_Native, Q8Linear):
         scales = d.to(torch.bfloat16).reshape(n // 16, 16, k // GROUP).transpose(1, 2).contiguous()
         return cls(_rows_of_16(q).contiguous(), scales, k, lin.bias)
 
+    out_map: torch.Tensor | None = None  # (N,) int64 where the rows are stored in another order (share_rows)
+    borrowed = False  # a view of another head's rows (share_rows): its memory is that head's
+
+    def _in_output_order(self, rows: torch.Tensor) -> torch.Tensor:
+        if self.out_map is None:
+            return rows
+        return torch.empty_like(rows).index_copy_(0, self.out_map, rows)
+
     def codes(self) -> torch.Tensor:
-        """The 8-bit codes, (N, K) int32 in -127..127 (unlike Q8Linear's nibbles)."""
-        return _rows_back(self.packed).to(torch.int32)
+        """The 8-bit codes, (N, K) int32 in -127..127 (unlike Q8Linear's nibbles), row i output i's."""
+        return self._in_output_order(_rows_back(self.packed).to(torch.int32))
+
+    def steps(self) -> torch.Tensor:
+        """(N, K/32) float32: each row's d per group, row i output i's."""
+        nb, g = self.scales_zeros.shape[:2]
+        return self._in_output_order(self.scales_zeros.float().transpose(1, 2).reshape(nb * 16, g))
 
     def dequantized(self) -> torch.Tensor:
-        nb, g = self.scales_zeros.shape[:2]
-        d = self.scales_zeros.float().transpose(1, 2).reshape(nb * 16, g).repeat_interleave(GROUP, dim=1)
-        return d * self.codes().float()
+        return self.steps().repeat_interleave(GROUP, dim=1) * self.codes().float()
+
+    def stored_bytes(self) -> int:
+        """What this head holds of its own: codes and steps, or for a view of another head's rows (a draft's reduced
+        head sharing its target's) the column map the shared head gained for it."""
+        if self.borrowed:
+            return self.map_bytes
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_zeros))
+
+
+def share_rows(head: NativeQ8Linear, ids: torch.Tensor) -> tuple[NativeQ8Linear, NativeQ8Linear] | None:
+    """(head with rows ``ids`` stored first, a view of those rows) or None where it cannot be done.
+
+    A distilled draft's reduced head holds the target head's rows ``ids`` with the very same codes and steps (both
+    are the target's weights quantized alike); kept apart they were two copies, 4.7 MB for SmolLM2's draft, read
+    every drafted token where the target's whole head is read every pass, and on a CPU whose cache barely holds the
+    target that extra traffic cost the target's next pass more than the draft's head itself took. With the rows
+    ``ids`` first (the rest after them in their order) the target's head writes its outputs through a column map,
+    still in vocabulary order, bit for bit, and the draft's head is its first rows."""
+    n, m = head.out_features, int(ids.numel())
+    if type(head) is not NativeQ8Linear or head.bias is not None or head.out_map is not None or m == 0 or m % 16:
+        return None
+    ids = ids.to(torch.int64).cpu()
+    rest = torch.ones(n, dtype=torch.bool)
+    rest[ids] = False
+    order = torch.cat([ids, rest.nonzero().flatten()])  # stored row j is output order[j]
+    if order.numel() != n:  # ids repeat a row
+        return None
+    codes = _rows_back(head.packed)[order]
+    g = head.in_features // GROUP
+    steps = head.scales_zeros.transpose(1, 2).reshape(n, g)[order]
+    shared = NativeQ8Linear(_rows_of_16(codes).contiguous(), steps.reshape(n // 16, 16, g).transpose(1, 2).contiguous(),
+                            head.in_features)
+    shared.out_map = order  # a plain attribute: it stays on the CPU, as the kernel does
+    view = NativeQ8Linear(shared.packed[: m // 16], shared.scales_zeros[: m // 16], head.in_features)
+    view.borrowed, view.map_bytes = True, order.numel() * order.element_size()
+    return shared, view
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, q8 groups of {GROUP} (own kernel)"
@@ -396,7 +445,8 @@ def stored(model: nn.Module) -> tuple[int, int]:
     """(weights, bytes) of ``model``'s q4 layers: in x out each, and their codes and scales as held."""
     mods = [m for m in model.modules() if isinstance(m, Int4Linear)]
     return (sum(m.in_features * m.out_features for m in mods),
-            sum(t.numel() * t.element_size() for m in mods for t in (m.packed, m.scales_zeros)))
+            sum(m.stored_bytes() if isinstance(m, NativeQ8Linear) else
+                sum(t.numel() * t.element_size() for t in (m.packed, m.scales_zeros)) for m in mods))
 
 
 def fused(owner: nn.Module) -> Int4Linear | None:

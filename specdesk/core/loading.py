@@ -298,6 +298,37 @@ def eos_ids_of(path: Path, model, tokenizer) -> frozenset[int]:
     return frozenset(int(i) for i in ids)
 
 
+def _share_head_rows(draft, target, head_ids) -> bool:
+    """A q4 draft's reduced 8-bit head (its copy of the target head's rows ``head_ids``) becomes a view of its target's
+    head (int4.share_rows: the target's head stores those rows first). Its copy was quantized from a bfloat16 copy
+    of the same weights (0.2% of SmolLM2's draft's codes then differ by one from the target's); the view reads the
+    target's own codes, so the draft's logits move by about that much, and exactness does not depend on them.
+    Whether it did (not where the target's head is not the own kernel's, or is shared already with other rows)."""
+    import torch
+
+    from specdesk.core import int4
+
+    mine, theirs = draft.lm_head, target.lm_head
+    if type(mine) is not int4.NativeQ8Linear or type(theirs) is not int4.NativeQ8Linear:
+        return False
+    ids = head_ids.to(torch.int64).cpu()
+    m = ids.numel()
+    if mine.out_features != m or mine.in_features != theirs.in_features:
+        return False
+    if theirs.out_map is None:
+        pair = int4.share_rows(theirs, ids)
+        if pair is None:
+            return False
+        target.lm_head, draft.lm_head = pair
+        return True
+    if m % 16 or not torch.equal(theirs.out_map[:m], ids):  # shared already (an earlier draft): the same rows only
+        return False
+    view = int4.NativeQ8Linear(theirs.packed[: m // 16], theirs.scales_zeros[: m // 16], theirs.in_features)
+    view.borrowed, view.map_bytes = True, theirs.out_map.numel() * theirs.out_map.element_size()
+    draft.lm_head = view
+    return True
+
+
 def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> LoadedModel:
     """A distilled draft that borrows ``target``'s embeddings (and head), built next to it on its device."""
     from specdesk.core.distill.draft import borrow_info, build_from_folder
@@ -318,6 +349,8 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
         from specdesk.core import int4
 
         int4.quantize_model(model, head="none" if head_ids is None else "q8")
+        if head_ids is not None and "lm_head.weight" in info["borrows"]:
+            _share_head_rows(model, target.model, head_ids)
         quant = "q4"
         q4_params, q4_bytes = int4.stored(model)
     own = [p for n, p in model.named_parameters() if n not in info["borrows"]]

@@ -100,6 +100,10 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_gemm.restype = ctypes.c_int
     lib.sd_gemm.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                             ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.sd_gemm_map.restype = ctypes.c_int
+    lib.sd_gemm_map.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_int]
     lib.sd_attend.restype = ctypes.c_int
     lib.sd_attend.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 5 + [ctypes.c_void_p] * 3 + [
         ctypes.c_float, ctypes.c_void_p, ctypes.c_int]

@@ -91,10 +91,11 @@ static inline __m512 load_bf16x16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 
-static void store_bf16x16(uint16_t *p, __m512 v) {
+/* A row's 16 outputs of a block, to columns cols[0..15] of row p. */
+static void store_bf16x16(uint16_t *p, const int64_t *cols, __m512 v) {
     float f[16];
     _mm512_storeu_ps(f, v);
-    for (int i = 0; i < 16; i++) p[i] = to_bf(f[i]);
+    for (int i = 0; i < 16; i++) p[cols[i]] = to_bf(f[i]);
 }
 
 /* The 8 dot products of a group (32 inputs x 16 outputs) in four independent sums: one chain of 8 vpdpbusd waits
@@ -123,7 +124,7 @@ static inline __m512i dot8_2(const __m512i *wv, const int32_t *xq) {
 }
 
 static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
-                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m512i low = _mm512_set1_epi8(0x0f);
     __m512 acc[MR];
@@ -147,11 +148,11 @@ static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64
             acc[r] = _mm512_fmadd_ps(c, _mm512_set1_ps(dsum[r * G + g]), acc[r]);
         }
     }
-    for (int r = 0; r < rows; r++) store_bf16x16(y + r * N, acc[r]);
+    for (int r = 0; r < rows; r++) store_bf16x16(y + r * ldy, cols, acc[r]);
 }
 
 static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
-                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[MR];
@@ -170,7 +171,7 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dw, _mm512_set1_ps(dx[r * G + g])), acc[r]);
         }
     }
-    for (int r = 0; r < rows; r++) store_bf16x16(y + r * N, acc[r]);
+    for (int r = 0; r < rows; r++) store_bf16x16(y + r * ldy, cols, acc[r]);
 }
 
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -180,15 +181,15 @@ static inline __m256 load_bf16x8(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-static void store_bf16x8(uint16_t *p, __m256 v) {
+static void store_bf16x8(uint16_t *p, const int64_t *cols, __m256 v) {
     float f[8];
     _mm256_storeu_ps(f, v);
-    for (int i = 0; i < 8; i++) p[i] = to_bf(f[i]);
+    for (int i = 0; i < 8; i++) p[cols[i]] = to_bf(f[i]);
 }
 
 /* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */
 static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
-                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -218,12 +219,12 @@ static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64
                 acc[r] = _mm256_fmadd_ps(c, _mm256_set1_ps(dsum[r * G + g]), acc[r]);
             }
         }
-        for (int r = 0; r < rows; r++) store_bf16x8(y + r * N + 8 * h, acc[r]);
+        for (int r = 0; r < rows; r++) store_bf16x8(y + r * ldy, cols + 8 * h, acc[r]);
     }
 }
 
 static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
-                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t N) {
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m256i ones = _mm256_set1_epi16(1);
     (void)isum;
@@ -251,7 +252,7 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(a), _mm256_mul_ps(dw, _mm256_set1_ps(dx[r * G + g])), acc[r]);
             }
         }
-        for (int r = 0; r < rows; r++) store_bf16x8(y + r * N + 8 * h, acc[r]);
+        for (int r = 0; r < rows; r++) store_bf16x8(y + r * ldy, cols + 8 * h, acc[r]);
     }
 }
 
@@ -261,9 +262,12 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
 
 const char *sd_isa(void) { return SD_ISA; }
 
-/* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Returns 0, or -1 if out of memory. */
-int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
-            uint16_t *y, int threads) {
+/* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Output column j (the j-th of the N
+ * the codes hold) goes to column map[j] of y's rows of ldy values (map NULL: column j, ldy N): a head whose rows are
+ * stored in another order (a draft's rows first, to share them) still writes its logits in vocabulary order.
+ * Returns 0, or -1 if out of memory. */
+int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
+                uint16_t *y, int64_t ldy, const int64_t *map, int threads) {
     const int64_t G = K / 32, NB = N / 16;
     int8_t *qx = (int8_t *)malloc((size_t)(M * K + 64));
     float *dx = (float *)malloc((size_t)(M * G) * sizeof(float) + 64);
@@ -278,16 +282,23 @@ int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, co
     const int64_t wblock = kind == 4 ? G * 256 : G * 512, sblock = kind == 4 ? G * 32 : G * 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t nb = 0; nb < NB; nb++) {
+        int64_t cols[16];
+        for (int i = 0; i < 16; i++) cols[i] = map ? map[nb * 16 + i] : nb * 16 + i;
         for (int64_t m0 = 0; m0 < M; m0 += MR) {
             int64_t rows = M - m0 < MR ? M - m0 : MR;
             if (kind == 4)
                 q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
-                         s + nb * sblock, y + m0 * N + nb * 16, N);
+                         s + nb * sblock, y + m0 * ldy, ldy, cols);
             else
                 q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)w + nb * wblock,
-                         s + nb * sblock, y + m0 * N + nb * 16, N);
+                         s + nb * sblock, y + m0 * ldy, ldy, cols);
         }
     }
     free(qx), free(dx), free(isum), free(dsum);
     return 0;
+}
+
+int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
+            uint16_t *y, int threads) {
+    return sd_gemm_map(kind, x, M, K, w, s, N, y, N, NULL, threads);
 }

@@ -45,6 +45,8 @@ def measure_weight_bytes(model) -> int:
         state = getattr(module, "state", None)  # bitsandbytes' MatmulLtState once int8 layers have run
         for name in ("CB", "SCB"):
             total += _tensor_bytes(getattr(state, name, None), seen)
-        if type(module).__name__ in ("Int4Linear", "Q8Linear", "NativeQ4Linear", "NativeQ8Linear"):  # q4 (core/int4.py): codes and scales are buffers
+        if getattr(module, "borrowed", False):  # a draft's head sharing its target's rows: the map it added there
+            total += module.map_bytes
+        elif type(module).__name__ in ("Int4Linear", "Q8Linear", "NativeQ4Linear", "NativeQ8Linear"):  # q4 (core/int4.py): codes and scales are buffers
             total += _tensor_bytes(module.packed, seen) + _tensor_bytes(module.scales_zeros, seen)
     return total

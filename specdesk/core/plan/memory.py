@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import (BF16, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q4_fits,
+from specdesk.core.plan.quant import (BF16, MAP_BYTES, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q4_fits, shares_head,
                                      q8_weight_bytes)
 
 MiB = 2**20
@@ -97,8 +97,11 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
     if spec.method == "q4" and a.own_head is not None:  # a distilled draft of a q4 target: its head in 8 bits
         rows, hidden = a.own_head
         if q4_fits(rows, hidden):
-            quantized += q8_weight_bytes(rows, hidden)
             kept -= rows * hidden * b
+            if shares_head(rows, hidden, a.target_head_rows):  # a view of the target's head: its column map only
+                quantized += MAP_BYTES * a.target_head_rows
+            else:
+                quantized += q8_weight_bytes(rows, hidden)
     if spec.method == "q4" and a.head is not None and q4_fits(*a.head):  # a model's own head: 8-bit codes
         rows, hidden = a.head
         quantized += q8_weight_bytes(rows, hidden)

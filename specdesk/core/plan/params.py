@@ -90,6 +90,9 @@ class ModelAnalysis:
     stored_bytes: int | None = None  # bytes of the weights as stored on disk (from the headers)
     borrows: bool = False  # a distilled draft built on its target's tensors (so in the target's dtype)
     own_head: tuple[int, int] | None = None  # a distilled draft's reduced head (rows, hidden): its own copy
+    # ... of the rows of its target's head of this many rows (0: unknown): with a q4 target on specdesk's own kernels
+    # a view of them instead (int4.share_rows), costing only the column map it adds to the target's head
+    target_head_rows: int = 0
     # the output head (rows, hidden) of a model with one of its own (not borrowed), when a plain linear layer:
     # q4 gives it 8-bit codes (int4.Q8Linear), beside the embeddings when tied
     head: tuple[int, int] | None = None
@@ -416,6 +419,8 @@ def _analyze(path: Path, name: str) -> ModelAnalysis:
         lean_layer_params=layer_params, prequantized=prequantized, stored_bytes=stored_bytes,
         hidden_rows=hidden_rows, notes=tuple(notes + kv_notes), borrows=bool(borrow.get("borrows")), head=head,
         own_head=tuple(shapes["lm_head.weight"]) if borrow.get("borrows") and borrow.get("head_ids") else None,
+        target_head_rows=int((borrow.get("target") or {}).get("vocab_size") or 0)
+        if "lm_head.weight" in (borrow.get("borrows") or ()) else 0,
         eagle=borrow.get("kind") == "eagle-head")
 
 

@@ -118,6 +118,17 @@ def q4_fits(out_features: int, in_features: int) -> bool:
     return in_features % Q4_GROUP == 0 and out_features % 16 == 0
 
 
+MAP_BYTES = 8  # a shared head's column map: one int64 a row of the target's head (int4.share_rows)
+
+
+def shares_head(rows: int, hidden: int, target_rows: int) -> bool:
+    """Whether a q4 target's distilled draft with a reduced head of ``rows`` x ``hidden`` takes it as a view of the
+    target's 8-bit head of ``target_rows`` rows (loading._share_head_rows): both heads on specdesk's own kernel."""
+    from specdesk.core import kernels
+
+    return target_rows > 0 and q4_fits(rows, hidden) and q4_fits(target_rows, hidden) and kernels.available()
+
+
 def q8_weight_bytes(rows: int, hidden: int) -> int:
     """A q4 model's 8-bit head: with specdesk's own kernel (core/kernels) int4.NativeQ8Linear, one byte a weight
     and a bfloat16 step per 32; else int4.Q8Linear, a q4 layer of 2 x hidden inputs (each weight's high and low 4
