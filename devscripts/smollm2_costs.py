@@ -14,6 +14,8 @@
                                                              # and on specdesk's own (core/kernels), A/B
     python devscripts/smollm2_costs.py agree --llamacpp OUT.json  # q4 greedy replies on torch's kernels and on
                                                              # specdesk's own: how far each follows llama.cpp's
+    python devscripts/smollm2_costs.py one-call                 # q4 passes with the layers in one call and one by
+                                                             # one, A/B; a plain pass after a draft forward
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
 bundled draft's run kept its own; any run of the same command writes one).
@@ -256,9 +258,52 @@ def agree(args) -> None:
     print(json.dumps(out, indent=1))
 
 
+def one_call(args) -> None:
+    """The q4 target's pass over 1..4 positions (after 300) with its layers in one call (core/kernels/layers.c) and
+    called one by one from Python, alternating, three rounds (rank 5 of 20); a draft forward of one token each way;
+    and what a plain pass costs right after a draft step or a 10 MB sweep of other memory (the CPU cache's share)."""
+    ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
+    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    target = fastdraft.LeanDecoder(engine.target.model, 1600)
+    draft = fastdraft.LeanDecoder(engine.draft.model, 1600)
+    for dec in (target, draft):
+        dec.forward(ids[:300])
+    out: dict = {}
+    for _ in range(3):
+        for flag in (True, False):
+            target.layers_in_one_call = draft.layers_in_one_call = flag
+            name = "one call" if flag else "one by one"
+            for n in range(1, 5):
+                ms = _ms(lambda: target.forward(ids[300:300 + n], every=True), 20, 5, lambda: target.crop(300))
+                out.setdefault(f"target, {n} positions, {name}", []).append(round(ms, 2))
+            ms = _ms(lambda: draft.forward(ids[300:301]), 20, 5, lambda: draft.crop(300))
+            out.setdefault(f"draft, 1 position, {name}", []).append(round(ms, 2))
+    target.layers_in_one_call = draft.layers_in_one_call = True
+    sweep = torch.ones(10 * 2**20 // 4)
+
+    def reset():
+        target.crop(300), draft.crop(300)
+    for _ in range(3):
+        for label, before in (("alone", None), ("after a draft forward", lambda: draft.forward(ids[300:301])),
+                              ("after reading 10 MB elsewhere", sweep.sum)):
+            def run(before=before):
+                if before is not None:
+                    before()
+                target.forward(ids[300:301], every=True)
+            out.setdefault(f"plain pass {label} (both)", []).append(round(_ms(run, 20, 5, reset), 2))
+    print(json.dumps({"kernels": kernels_status(), "ms": out}, indent=1))
+
+
+def kernels_status() -> str:
+    from specdesk.core import kernels
+
+    return kernels.status()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels"))
+    ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels",
+                                           "one-call"))
     ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
@@ -267,7 +312,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
-     "agree": agree, "kernels": kernels_ab}[args.what](args)
+     "agree": agree, "kernels": kernels_ab, "one-call": one_call}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -464,3 +464,4 @@ class AdaptiveK:
             a.w *= keep
             a.s *= keep
         self.state = 0
+        self._after_draft = True  # the draft has just read the prompt: the first step's pass is not a plain one
