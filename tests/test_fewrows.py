@@ -69,3 +69,18 @@ def test_the_choice_is_measured_once_per_model_and_can_be_set(tiny_model, monkey
     assert LeanDecoder(tiny_model, 64).few_rows == 0
     monkeypatch.setenv("SPECDESK_FEW_ROWS", "lots")  # not a number: ignored, the measured value stands
     assert LeanDecoder(tiny_model, 64).few_rows == 3
+
+
+def test_the_timing_runs_on_a_model_with_fewer_tokens_than_the_rows_it_times(models_dir, monkeypatch):
+    """fewrows times passes of up to 8 rows with ids 1..8: a model of 8 tokens took id 8 out of its vocabulary (the
+    sampling tests' tiny model, whenever the timings went on to 8 rows; here they always do)."""
+    from tests.conftest import make_llama
+
+    monkeypatch.setattr(fewrows, "MIN_GAIN", float("inf"))  # the product form always "faster": every size timed
+    from transformers import AutoModelForCausalLM
+
+    path = make_llama(models_dir / "eight-tokens", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=32,
+                      vocab_rows=8, tokenizer="none", eos=None)
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    dec = LeanDecoder(model, 64, few_rows=0)
+    assert fewrows._measure(dec) == max(fewrows.TRIED)
