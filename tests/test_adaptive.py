@@ -147,12 +147,19 @@ def test_k_follows_the_context_length_when_costs_grow_with_it():
             while n < k and rng.random() < 0.6:
                 n += 1
             ctl.observe(k, k, n, k * draft_c(L) * rng.uniform(0.9, 1.1), verify_c(k + 1, L) * rng.uniform(0.9, 1.1), L)
+    # the costs learnt at each length pick each length's k (at the true acceptance: the estimate's own noise,
+    # from the last few steps' luck, is not what this is about)
+    acc = [0.6] * ctl.k_max
+
+    def best(context: int) -> int:
+        ctl.context = context
+        return max(range(ctl.k_max + 1), key=lambda k: ctl.rate(k, acc))
     ctl.context = 1200
     assert abs(ctl.draft_cost - draft_c(1200)) < 0.15 * draft_c(1200)
-    assert ctl.best_k() == 1
+    assert best(1200) == 1
     ctl.context = 100
     assert abs(ctl.draft_cost - draft_c(100)) < 0.25 * draft_c(100)
-    assert ctl.best_k() >= 2  # 2 (143 tok/s) and 3 (140) are within the acceptance estimate's noise
+    assert best(100) >= 2  # 2 (143 tok/s) and 3 (140) are within the cost estimates' noise
 
 
 def _train_with_confidences(ctl: AdaptiveK, steps: int = 300, seed: int = 3) -> None:
@@ -335,24 +342,29 @@ def _learn_stepped(ctl: AdaptiveK, alpha: float, c_draft: float = 0.0015, steps:
             n += 1
         ctl.choose(100)
         ctl.observe(k, k, n, k * c_draft, _stepped(k + 1), 100)
-    for _ in range(2):  # a plain step right after drafted ones teaches nothing (see the next test); the second does
+    for _ in range(AdaptiveK.PLAIN_SETTLE):  # plain steps soon after drafted ones teach nothing (the next test)
         ctl.observe(0, 0, 0, 0.0, _stepped(1), 100)
 
 
-def test_plain_steps_cost_is_learnt_after_plain_steps_only():
-    """A plain pass right after a drafted step runs where the draft's weights have just pushed some of the target's
-    out of the CPU's cache (2.9 -> 4.1 ms on q4 SmolLM2): it is not what plain decoding costs, and learnt from it
-    k=auto kept drafting at 0.8x of plain. It is learnt from a plain step after a plain step."""
+def test_plain_steps_cost_is_learnt_once_the_draft_has_not_run_for_a_few_steps():
+    """Plain passes soon after a drafted step run where the draft's weights have pushed some of the target's out of
+    the CPU's cache (4.8, 4.1, 3.5 ms where a plain streak runs at 2.8 on q4 SmolLM2): not what plain decoding
+    costs; learnt from them, k=auto kept drafting at 0.8x of plain. It learns from the plain steps after those."""
     ctl = AdaptiveK()
     for i in range(40):
         ctl.choose(100)
         ctl.observe(1, 1, i % 2, 0.0005, 0.0040, 100)
-    assert ctl.choose(100) == 0  # no plain cost known: one plain step to learn it
-    ctl.observe(0, 0, 0, 0.0, 0.0041, 100)  # right after a draft: not learnt
-    assert not ctl.verify[1].seen and ctl.choose(100) == 0
+    for ms in (4.8, 4.1, 3.5):  # no plain cost known: plain steps to learn it, the first ones not learnt
+        assert ctl.choose(100) == 0
+        ctl.observe(0, 0, 0, 0.0, ms / 1000, 100)
+        assert not ctl.verify[1].seen
+    assert ctl.choose(100) == 0
     ctl.observe(0, 0, 0, 0.0, 0.0029, 100)
     assert ctl.verify_cost(1) == pytest.approx(0.0029)
     assert ctl.best_k() == 0  # 1.5 tokens for 4.5 ms does not beat 1 for 2.9
+    ctl.reset_acceptance()  # a new prompt: the draft has read it
+    ctl.observe(0, 0, 0, 0.0, 0.0050, 100)
+    assert ctl.verify_cost(1) == pytest.approx(0.0029)
 
 
 def test_stepped_verify_costs_draft_up_to_the_step_and_not_past_it():

@@ -137,6 +137,8 @@ class AdaptiveK:
     # kernels made plain passes 3 ms) drafting on noise lost 5-20% against plain decoding.
     PLAIN_MARGIN = 0.04
     REPLAN_PLAIN = 4
+    # plain steps this many steps after the draft last ran are plain decoding's cost (see observe)
+    PLAIN_SETTLE = 4
 
     def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
                  half_life: float = 16.0, probe_k: int = 2, probe_every: int = 16, probe_max: int = 128,
@@ -176,7 +178,7 @@ class AdaptiveK:
         self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
         # verify(1 ..), mean acceptance of the calibration)
         self.plain_streak = 0
-        self._after_draft = False  # the last step ran the draft model
+        self._since_draft = self.PLAIN_SETTLE  # steps since the draft model last ran
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
 
@@ -403,7 +405,7 @@ class AdaptiveK:
         """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
-        self._after_draft = False
+        self._since_draft += 1  # a lookup step: the draft model did not run
         if accepted is not None:
             self._judge(self.lookup_acc, drafted, accepted)
 
@@ -436,13 +438,14 @@ class AdaptiveK:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:
         the draft's probability of each drafted token, when the drafter reported them."""
         m = min(drafted + 1, len(self.verify) - 1)
-        # A plain step right after a drafted one is not what plain decoding costs: the draft's weights have just
-        # pushed some of the target's out of the CPU's cache (q4 SmolLM2 on a 2-core Xeon: 2.9 ms a plain pass,
-        # 4.1 ms right after a draft step; learnt from those, k=auto kept drafting at 0.8x of plain). Such a
-        # pass is learnt only from plain steps that follow plain steps (a first one is followed by another).
-        if drafted > 0 or not self._after_draft:
+        # Plain steps soon after a drafted one are not what plain decoding costs: the draft's weights have pushed
+        # some of the target's out of the CPU's cache, and it takes the target a few passes to get them back (q4
+        # SmolLM2 on a 2-core Xeon: 4.8, 4.1, 3.5, 3.0 ms for the first plain passes after a draft step, 2.8 in a
+        # plain streak; learnt from those, k=auto kept drafting at 0.8x of plain). A plain pass is learnt from
+        # plain steps PLAIN_SETTLE or more steps after the draft last ran (until then k=auto decodes plainly).
+        self._since_draft = 0 if drafted > 0 else self._since_draft + 1
+        if drafted > 0 or self._since_draft >= self.PLAIN_SETTLE:
             self.verify[m].add(context_len, verify_s)
-        self._after_draft = drafted > 0
         if drafted <= 0:
             return
         self.draft.add(context_len, draft_s / drafted, float(drafted))
@@ -464,4 +467,4 @@ class AdaptiveK:
             a.w *= keep
             a.s *= keep
         self.state = 0
-        self._after_draft = True  # the draft has just read the prompt: the first step's pass is not a plain one
+        self._since_draft = 0  # the draft has just read the prompt: the first steps' passes are not plain ones
