@@ -75,3 +75,32 @@ def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch)
     sources.clear()
     spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup", controller=AlwaysFour())
     assert [kind == "lookup" for kind, _ in calls] == sources and any(sources) and not all(sources)
+
+
+def test_where_k_auto_decodes_plainly_lookups_continuations_are_still_verified(demo, monkeypatch):
+    """k=auto decodes plainly where the draft model does not pay (SmolLM2 q4 on 2 Xeon cores), but prompt lookup's
+    tokens cost no draft: a step the controller gives the model nothing still verifies the continuation, as many of
+    its tokens as pay (free_length), never past the reply's budget, and the model never runs."""
+    from specdesk.core.adaptive import AdaptiveK
+    from specdesk.core.drafters import ModelDrafter
+
+    spec, plain = demo
+
+    class Plain(AdaptiveK):  # a controller sure that the draft never pays
+        def plan(self, context_len=0, confidence=False, hint=()):
+            return 0, None
+
+    model_calls: list[int] = []
+    model_propose = ModelDrafter.propose
+
+    def spy(self, ids, k, *a, **kw):
+        model_calls.append(k)
+        return model_propose(self, ids, k, *a, **kw)
+
+    monkeypatch.setattr(ModelDrafter, "propose", spy)
+    want = plain.generate(EDIT, max_new_tokens=48).token_ids
+    got = spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup", controller=Plain())
+    assert got.token_ids == want
+    assert got.stats.drafted > 0 and got.stats.target_forwards < len(want)  # lookup's tokens verified and kept
+    assert all(k == 0 for k in model_calls)  # the draft model was asked for nothing
+    assert spec._drafter("model").seq.decoder is None  # ... and never read the prompt

@@ -91,6 +91,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         hint = hints.lookup(ids, controller.k_max) if hints is not None else ()
         k, keep = controller.plan(context, drafter.reports_confidence, hint)
         k = max(0, min(k, remaining - 1))  # never draft past the token budget
+        drafter.budget = remaining - 1
         sync()
         ta = time.perf_counter()
         # a tree's leaves where the target verifies trees (greedy only: a sampled proposal is a chain, core/tree.py)

@@ -45,8 +45,10 @@ class Drafter:
     name = "base"
     reports_confidence = False  # whether propose() honours ``keep`` (a model has probabilities; a lookup has not)
     drafts_trees = False  # whether propose() honours ``widths`` (a model ranks its tokens; a lookup has one)
-    # set by the decode loop: n -> how many of n free tokens (prompt lookup's, beside a model) to propose, or None
+    # set by the decode loop: n -> how many of n free tokens (prompt lookup's, beside a model) to propose, or None;
+    # and each step the most tokens any proposal may hold (the reply's budget)
     free_limit = None
+    budget = 0
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:  # noqa: B027 - optional hook
         """A new generation; ``prefix_ids`` are the prompt tokens except the last."""
@@ -227,8 +229,12 @@ class LookupFirstDrafter(Drafter):
         self.lookup.start(prefix_ids, capacity)
 
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
-        cont = self.lookup.lookup(ids, min(k, self.LOOKUP_CAP))
-        if cont and self.free_limit is not None:  # k=auto: as many as pay at this machine's verify costs
+        # k=auto: the continuation's own payoff at this machine's verify costs sets its length (free_limit), even in
+        # a step where the controller gives the draft model nothing (it decodes plainly where the draft does not
+        # pay, and free tokens are no draft's cost); a fixed k bounds both
+        n = k if self.free_limit is None else self.budget
+        cont = self.lookup.lookup(ids, min(n, self.LOOKUP_CAP))
+        if cont and self.free_limit is not None:
             cont = cont[:self.free_limit(len(cont))]
         if len(cont) >= self.min_tokens:
             return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True)
