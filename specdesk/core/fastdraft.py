@@ -193,10 +193,10 @@ class LeanDecoder:
         # prompt's prefill, a draft catching up) attend in float64 in one call, rounded back (~15% faster than
         # position by position over 64): what they leave in the cache is the same for every decoding mode.
         self.attn64 = device.type == "cpu" and dtype in (torch.bfloat16, torch.float16)
-        # specdesk's own kernels for bfloat16 on a CPU, where they build: every pass position by position, in one
-        # call a layer (core/kernels/attention.c: float32, each position alone by the same instructions, whatever
-        # else the call holds; prefills too, see _rows); RMSNorm, rotary embedding with the cache write, and SwiGLU's product in one call each
-        # (rows.c: ~25 small operations a layer -> 4)
+        # specdesk's own kernels for bfloat16 on a CPU, where they build: every pass position by position (prefills
+        # too, see _rows), in one call a layer (core/kernels/attention.c: float32, each position alone by the same
+        # instructions, whatever else the call holds); RMSNorm, rotary embedding with the cache write, and SwiGLU's
+        # product in one call each (rows.c: ~25 small operations a layer -> 4)
         lib = None
         if self.attn64 and dtype == torch.bfloat16:
             from specdesk.core import kernels

@@ -340,9 +340,15 @@ def share_rows(head: NativeQ8Linear, ids: torch.Tensor) -> tuple[NativeQ8Linear,
     shared = NativeQ8Linear(_rows_of_16(codes).contiguous(), steps.reshape(n // 16, 16, g).transpose(1, 2).contiguous(),
                             head.in_features)
     shared.out_map = order  # a plain attribute: it stays on the CPU, as the kernel does
-    view = NativeQ8Linear(shared.packed[: m // 16], shared.scales_zeros[: m // 16], head.in_features)
-    view.borrowed, view.map_bytes = True, order.numel() * order.element_size()
-    return shared, view
+    return shared, first_rows(shared, m)
+
+
+def first_rows(shared: NativeQ8Linear, m: int) -> NativeQ8Linear:
+    """A view of the first ``m`` (a multiple of 16) stored rows of a head that share_rows made: outputs in stored
+    order, no memory of its own but the column map it is counted for."""
+    view = NativeQ8Linear(shared.packed[: m // 16], shared.scales_zeros[: m // 16], shared.in_features)
+    view.borrowed, view.map_bytes = True, shared.out_map.numel() * shared.out_map.element_size()
+    return view
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, q8 groups of {GROUP} (own kernel)"
@@ -401,8 +407,8 @@ def fuse(mods: list) -> Int4Linear | None:
     if any(biased) and not (all(biased) and kind is NativeQ4Linear):
         return None
     bias = torch.cat([m.bias for m in mods]) if all(biased) else None
-    return kind(torch.cat([m.packed for m in mods]), torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1), k,
-                bias)
+    scales = torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1)
+    return kind(torch.cat([m.packed for m in mods]), scales, k, bias)
 
 
 def quantize_model(model: nn.Module, head: str = "q8") -> int:

@@ -323,9 +323,7 @@ def _share_head_rows(draft, target, head_ids) -> bool:
         return True
     if m % 16 or not torch.equal(theirs.out_map[:m], ids):  # shared already (an earlier draft): the same rows only
         return False
-    view = int4.NativeQ8Linear(theirs.packed[: m // 16], theirs.scales_zeros[: m // 16], theirs.in_features)
-    view.borrowed, view.map_bytes = True, theirs.out_map.numel() * theirs.out_map.element_size()
-    draft.lm_head = view
+    draft.lm_head = int4.first_rows(theirs, m)
     return True
 
 

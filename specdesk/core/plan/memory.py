@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import (BF16, MAP_BYTES, FP32, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes, q4_fits, shares_head,
-                                     q8_weight_bytes)
+from specdesk.core.plan.quant import (BF16, FP32, MAP_BYTES, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes,
+                                     q4_fits, q8_weight_bytes, shares_head)
 
 MiB = 2**20
 PREFILL_CHUNK = 512  # = specdesk.core.sequence.PREFILL_CHUNK, which target and draft share (a test checks)
