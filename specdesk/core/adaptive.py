@@ -382,7 +382,7 @@ class AdaptiveK:
         if self.draft_cost is None:
             k = self.k_init  # nothing measured yet: draft, to learn the costs
         elif not self.verify[1].seen:
-            k = 0  # one plain step, to learn what plain decoding costs here
+            k = 0  # plain steps, to learn what plain decoding costs here (observe: from the PLAIN_SETTLE-th on)
         else:
             # in a plain streak nothing but plain passes is learnt: the choice is looked at again every
             # REPLAN_PLAIN steps (best_k takes ~65 us, 2% of a 3 ms plain step)
@@ -469,4 +469,6 @@ class AdaptiveK:
             a.w *= keep
             a.s *= keep
         self.state = 0
-        self._since_draft = 0  # the draft has just read the prompt: the first steps' passes are not plain ones
+        # a new prompt's first passes run slow too (4.8, 4.7, 4.2 ms where the reply settles at 2.8 on q4 SmolLM2,
+        # drafted or not: the prefill and whatever ran between replies had the cache): not plain decoding's cost
+        self._since_draft = 0
