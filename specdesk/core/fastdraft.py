@@ -319,14 +319,15 @@ class LeanDecoder:
         rows_kernel = self._rows_kernel
         if rows_kernel is not None:
             cos, sin = cos.contiguous(), sin.contiguous()
-        if plan is not None and self.layers_in_one_call:
+        one_call = plan is not None and self.layers_in_one_call
+        if one_call:
             x = x.to(self.embed.dtype).clone(memory_format=torch.contiguous_format)  # updated in place
             table, lib = self._layers_c
             if lib.sd_forward(x.data_ptr(), n, table, len(self.layers), x.shape[1], hq, hk, hd, cos.data_ptr(),
                               sin.data_ptr(), self.capacity * hd, p0, *plan[1:4], self.scale, self.eps,
                               torch.get_num_threads()) != 0:
                 raise MemoryError("out of memory in the decoder's layers kernel")
-        for L in (() if plan is not None and self.layers_in_one_call else self.layers):
+        for L in (() if one_call else self.layers):
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
             if rows_kernel is not None:  # rotary embedding and cache write in one call: q as (n, hq, hd)

@@ -75,6 +75,10 @@ class Int4Linear(nn.Module):
         scales = torch.stack([step.t(), (lo + 8 * step).t()], dim=-1).to(torch.bfloat16).contiguous()
         return cls(packed, scales, lin.in_features, lin.bias)
 
+    def stored_bytes(self) -> int:
+        """Bytes it holds of its own: its codes and scales."""
+        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_zeros))
+
     @staticmethod
     def _kernel_input(x: torch.Tensor) -> torch.Tensor:
         """x (n, in_features) -> what the kernel multiplies (Q8Linear feeds it twice)."""
@@ -193,6 +197,7 @@ class _Native:
     its 8-bit head 1.50 -> 0.53 ms and 5.5 -> 0.79 ms."""
 
     KIND = 0  # 4 or 8: which of the kernel's layouts ``packed`` and ``scales_zeros`` hold
+    out_map: torch.Tensor | None = None  # (N,) int64 where the rows are stored in another order (share_rows)
 
     def kernel_call(self):
         return self if self.bias is not None else self._product()
@@ -205,7 +210,7 @@ class _Native:
         packed, scales, kind = self.packed, self.scales_zeros, self.KIND
         k, n = self.in_features, self.out_features
         w_ptr, s_ptr = packed.data_ptr(), scales.data_ptr()
-        out_map = getattr(self, "out_map", None)  # stored row j is output out_map[j] (share_rows)
+        out_map = self.out_map  # stored row j is output out_map[j] (share_rows)
         map_ptr = None if out_map is None else out_map.data_ptr()
         threads = torch.get_num_threads
 
@@ -288,7 +293,6 @@ class NativeQ8Linear(_Native, Q8Linear):
         scales = d.to(torch.bfloat16).reshape(n // 16, 16, k // GROUP).transpose(1, 2).contiguous()
         return cls(_rows_of_16(q).contiguous(), scales, k, lin.bias)
 
-    out_map: torch.Tensor | None = None  # (N,) int64 where the rows are stored in another order (share_rows)
     borrowed = False  # a view of another head's rows (share_rows): its memory is that head's
 
     def _in_output_order(self, rows: torch.Tensor) -> torch.Tensor:
@@ -311,9 +315,7 @@ class NativeQ8Linear(_Native, Q8Linear):
     def stored_bytes(self) -> int:
         """What this head holds of its own: codes and steps, or for a view of another head's rows (a draft's reduced
         head sharing its target's) the column map the shared head gained for it."""
-        if self.borrowed:
-            return self.map_bytes
-        return sum(t.numel() * t.element_size() for t in (self.packed, self.scales_zeros))
+        return self.map_bytes if self.borrowed else super().stored_bytes()
 
 
 def share_rows(head: NativeQ8Linear, ids: torch.Tensor) -> tuple[NativeQ8Linear, NativeQ8Linear] | None:
@@ -451,8 +453,7 @@ def stored(model: nn.Module) -> tuple[int, int]:
     """(weights, bytes) of ``model``'s q4 layers: in x out each, and their codes and scales as held."""
     mods = [m for m in model.modules() if isinstance(m, Int4Linear)]
     return (sum(m.in_features * m.out_features for m in mods),
-            sum(m.stored_bytes() if isinstance(m, NativeQ8Linear) else
-                sum(t.numel() * t.element_size() for t in (m.packed, m.scales_zeros)) for m in mods))
+            sum(m.stored_bytes() for m in mods))
 
 
 def fused(owner: nn.Module) -> Int4Linear | None:

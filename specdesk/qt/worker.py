@@ -215,6 +215,11 @@ class EngineWorker(QObject):
                 self._log(lambda: writer.begin(logged_prompt, req.settings.to_dict(), req.drafter, n_prompt,
                                                chat_template=bool(req.messages)))
             held: list = []  # steps not sent yet (STEP_BATCH_S)
+
+            def send_held() -> None:
+                for h in held:
+                    self.event.emit(req.tag, h)
+                held.clear()
             sent = time.monotonic()
             try:
                 try:
@@ -226,13 +231,9 @@ class EngineWorker(QObject):
                         if isinstance(ev, StepEvent) and now - sent < STEP_BATCH_S:
                             continue
                         sent = now
-                        for h in held:
-                            self.event.emit(req.tag, h)
-                        held.clear()
+                        send_held()
                 finally:  # a failure's message comes after the steps that were made
-                    for h in held:
-                        self.event.emit(req.tag, h)
-                    held.clear()
+                    send_held()
             except OutOfMemory as e:
                 oom = str(e)
             except SpecdeskError as e:

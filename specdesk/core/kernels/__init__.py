@@ -97,9 +97,6 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     except OSError as e:
         return None, f"torch's kernels: specdesk's own did not load: {e}"
     lib.sd_isa.restype = ctypes.c_char_p
-    lib.sd_gemm.restype = ctypes.c_int
-    lib.sd_gemm.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                            ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
     lib.sd_gemm_map.restype = ctypes.c_int
     lib.sd_gemm_map.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                 ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,

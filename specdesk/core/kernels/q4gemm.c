@@ -95,7 +95,7 @@ static inline __m512 load_bf16x16(const uint16_t *p) {
 static void store_bf16x16(uint16_t *p, const int64_t *cols, __m512 v) {
     float f[16];
     _mm512_storeu_ps(f, v);
-    for (int i = 0; i < 16; i++) p[cols[i]] = to_bf(f[i]);
+    store_bf_cols(p, cols, f, 16);
 }
 
 /* The 8 dot products of a group (32 inputs x 16 outputs) in four independent sums: one chain of 8 vpdpbusd waits
@@ -184,7 +184,7 @@ static inline __m256 load_bf16x8(const uint16_t *p) {
 static void store_bf16x8(uint16_t *p, const int64_t *cols, __m256 v) {
     float f[8];
     _mm256_storeu_ps(f, v);
-    for (int i = 0; i < 8; i++) p[cols[i]] = to_bf(f[i]);
+    store_bf_cols(p, cols, f, 8);
 }
 
 /* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */

@@ -22,6 +22,11 @@ static inline uint16_t to_bf(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Values f[0 .. n-1] rounded to bfloat16 into p[cols[0]] .. p[cols[n-1]] (a product's outputs, through a column map). */
+static inline void store_bf_cols(uint16_t *p, const int64_t *cols, const float *f, int n) {
+    for (int i = 0; i < n; i++) p[cols[i]] = to_bf(f[i]);
+}
+
 /* exp(x), |x| clamped to 87: Cephes' expf, 2^n (1 + r + r^2 P(r)). */
 static inline float exp_fast(float x) {
     x = x < -87.0f ? -87.0f : (x > 87.0f ? 87.0f : x);
