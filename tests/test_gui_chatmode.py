@@ -32,12 +32,16 @@ def test_chat_template_models_chat_in_turns(qtbot, tmp_path, monkeypatch, tiny_t
     win.send()
     assert win.state == "idle" and not [t for t in win.chat.turns if t.role in ("user", "assistant")]
     assert win.input.placeholderText().startswith("Message chatty")  # the hint matches the mode
-    replies = []
+    replies, kept = [], []
     for text in ("hello", "and again"):
         win.input.setPlainText(text)
         with qtbot.waitSignal(win.reply_done, timeout=240_000) as b:
             win.send()
         replies.append(b.args[0].text)
+        kept.append(b.args[0].stats.cached_prompt_tokens)
+    # the second turn reads only what follows the first turn's prompt and reply: the reply's footer says so
+    assert kept[0] == 0 and kept[1] > 0
+    assert f"{kept[1]} kept, read in" in win.chat.turns[win.chat.last_reply_index()].footer.text()
     assert win._history == [("user", "hello"), ("assistant", replies[0]), ("user", "and again"),
                             ("assistant", replies[1])]
     assert [t.role for t in win.chat.turns if t.role in ("user", "assistant")] == ["user", "assistant"] * 2

@@ -103,4 +103,4 @@ def test_where_k_auto_decodes_plainly_lookups_continuations_are_still_verified(d
     assert got.token_ids == want
     assert got.stats.drafted > 0 and got.stats.target_forwards < len(want)  # lookup's tokens verified and kept
     assert all(k == 0 for k in model_calls)  # the draft model was asked for nothing
-    assert spec._drafter("model").seq.decoder is None  # ... and never read the prompt
+    assert spec._drafter("model")._pending is not None  # ... and never read the prompt

@@ -25,7 +25,9 @@ def add_parser(sub) -> None:
                        description="Open the main window offscreen, generate with the demo pair (or --target/"
                                    "--draft), compare with plain decoding, and save the window as a PNG.")
     p.add_argument("out", type=Path, metavar="OUT.png")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt text (default: the start of a Python function)")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="prompt text (default: the start of a Python function); given again, the next turn of the "
+                        "chat (each reply compared with plain decoding), and the window shows the last")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
     p.add_argument("--target", default="demo-target")
@@ -96,17 +98,20 @@ def take_screenshot(args, size: tuple[int, int], logs_dir: Path):
         win.controls.max_new.setValue(args.max_new_tokens)
         win.controls.temperature.setValue(0.0)
         win.controls.k_box.setValue(-1 if args.k == "auto" else int(args.k))
-        win.input.setPlainText(args.prompt)
-        win.send()
-        done = wait(win.reply_done, win.generation_failed, "generating")
-        if not args.no_compare and _start_compare(win):
-            wait(win.compare_done, win.generation_failed, "plain decoding")
+        prompts = args.prompt or [DEFAULT_PROMPT]
+        for text in prompts:
+            win.input.setPlainText(text)
+            win.send()
+            done = wait(win.reply_done, win.generation_failed, "generating")
+            if not args.no_compare and _start_compare(win):
+                wait(win.compare_done, win.generation_failed, "plain decoding")
         end = time.monotonic() + 1.2  # a few more memory samples, and the 10 Hz plot timer
         while time.monotonic() < end:
             app.processEvents()
             time.sleep(0.02)
         win.plots.refresh()
-        win.chat.verticalScrollBar().setValue(0)  # the prompt and the start of the reply
+        bar = win.chat.verticalScrollBar()
+        bar.setValue(0 if len(prompts) == 1 else bar.maximum())  # the prompt and the start of the reply, or the last
         app.processEvents()
         if not done.token_ids:
             raise SpecdeskError("the generation produced no tokens")

@@ -57,7 +57,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
 
     sync()
     t0 = time.perf_counter()
-    target.prefill(prompt_ids[:-1], capacity)
+    cached = target.prefill(prompt_ids[:-1], capacity)
     drafter.start(prompt_ids[:-1], capacity)
     # a controller that drafts by confidence also reads what prompt lookup would propose (a hint, not a draft)
     hints = NgramIndex() if drafter.reports_confidence and getattr(controller, "reads_hints", False) else None
@@ -67,7 +67,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         hints.extend(prompt_ids)  # ~4 ms for 1,200 tokens, once; then microseconds per step
     sync()
     prefill_s = time.perf_counter() - t0
-    yield PrefillEvent(prompt_tokens=len(prompt_ids), seconds=prefill_s)
+    yield PrefillEvent(prompt_tokens=len(prompt_ids), seconds=prefill_s, cached_tokens=cached)
 
     ids = list(prompt_ids)
     generated: list[int] = []
@@ -153,11 +153,14 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
                         context_len=len(ids), drafted_text=drafted_text, target_text=target_text)
         step += 1
 
+    # the caches hold the first positions of ids: a next prompt that starts with them (a chat's next turn) skips them
+    target.remember(ids)
+    drafter.remember(ids)
     tail = ""
     if stop_reason != "stop_string":
         tail = stops.feed(detok.flush()) + stops.flush()
     stats = GenerationStats(prompt_tokens=len(prompt_ids), new_tokens=len(generated), target_forwards=forwards,
                             drafted=drafted, accepted=accepted, prefill_seconds=prefill_s,
-                            decode_seconds=end - start, draft_seconds=draft_total, verify_seconds=verify_total)
+                            cached_prompt_tokens=cached, decode_seconds=end - start, draft_seconds=draft_total, verify_seconds=verify_total)
     yield DoneEvent(token_ids=tuple(generated), text="".join(texts) + tail, stats=stats,
                     stop_reason=stop_reason, seed=seed, tail=tail)

@@ -65,6 +65,10 @@ class Drafter:
     def commit(self, valid_len: int) -> None:  # noqa: B027 - optional hook
         """Positions [0, valid_len) of the committed sequence are final; forget anything past them."""
 
+    def remember(self, ids: list[int]) -> None:  # noqa: B027 - optional hook
+        """The generation is over and ``ids`` its committed sequence: state worth keeping for a next prompt that
+        starts with it (a draft model's KV cache) may be kept."""
+
 
 class NoDrafter(Drafter):
     name = "none"
@@ -135,7 +139,9 @@ class ModelDrafter(Drafter):
         # Read at the first proposal: a reply may draft nothing (k=auto decoding plainly, prompt lookup covering
         # it), and on a CPU whose cache barely holds the target the draft's reading the prompt pushed the target's
         # weights out for its next few passes (q4 SmolLM2: 4.8, 4.4, 3.9, 3.5 ms against 2.8 in a plain streak).
-        self.seq.release()
+        # The buffers stay until then where the prompt starts with what they hold (a chat's earlier turns).
+        if not self.seq.kept_length(prefix_ids):
+            self.seq.release()
         self._pending = (list(prefix_ids), capacity)
 
     def _started(self) -> None:
@@ -205,6 +211,10 @@ class ModelDrafter(Drafter):
         if self._pending is None:  # not started: nothing read, nothing to forget
             self.seq.crop(valid_len)
 
+    def remember(self, ids: list[int]) -> None:
+        if self._pending is None:  # its cache holds the first positions of ids (commit keeps no drafted token past them)
+            self.seq.remember(ids)
+
 
 class LookupFirstDrafter(Drafter):
     """A draft model and prompt lookup together: where the context's last n-gram occurred before, the lookup's
@@ -242,3 +252,6 @@ class LookupFirstDrafter(Drafter):
 
     def commit(self, valid_len: int) -> None:
         self.model.commit(valid_len)
+
+    def remember(self, ids: list[int]) -> None:
+        self.model.remember(ids)

@@ -67,6 +67,9 @@ class EagleDrafter(ModelDrafter):
         own = dec.hidden[dec.length - 1:dec.length]  # (1, hidden): the head's estimate of the next feature
         return dec.forward_embeds(self._fuse(own, tok))[: self.vocab]
 
+    def remember(self, ids: list[int]) -> None:
+        """Nothing: the head's rows are keyed by the target's features, and start() builds them anew."""
+
     def commit(self, valid_len: int) -> None:
         # the target keeps positions < valid_len, so rows j < valid_len have both f_j and t_{j+1} final
         self.rows = min(self.rows, valid_len)

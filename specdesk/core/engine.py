@@ -65,6 +65,19 @@ class Engine:
     def device(self) -> str:
         return self.target.device
 
+    @property
+    def reuse_cache(self) -> bool:
+        """Whether a prompt that starts with the last generation's prompt and reply (a chat's next turn) skips that
+        part (the KV caches kept between generations; see core/sequence.py). The bench turns it off: every method
+        it times reads the whole prompt, as Hugging Face's generate does."""
+        return self._runner.seq.reuse
+
+    @reuse_cache.setter
+    def reuse_cache(self, on: bool) -> None:
+        for seq in [self._runner.seq] + ([self._model_drafter.seq] if self._model_drafter is not None else []):
+            seq.reuse = on
+            seq.cached = None
+
     def available_drafters(self) -> tuple[str, ...]:
         return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 class PrefillEvent:
     prompt_tokens: int
     seconds: float
+    cached_tokens: int = 0  # of prompt_tokens, kept from the last generation's cache instead of read
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class GenerationStats:
     drafted: int = 0
     accepted: int = 0
     prefill_seconds: float = 0.0
+    cached_prompt_tokens: int = 0  # prompt tokens kept from the last generation's cache (not read again)
     decode_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0

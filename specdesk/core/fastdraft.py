@@ -287,6 +287,16 @@ class LeanDecoder:
         keep = torch.cat([torch.ones(n, p0, dtype=torch.bool, device=ids.device), allowed], dim=1)
         return self._run(self.embed[ids], self.cos[pos], self.sin_signed[pos], keep, True)
 
+    def take(self, other: "LeanDecoder", n: int) -> None:
+        """Start from ``other``'s first ``n`` positions (keys, values, hidden states): a larger buffer for a
+        sequence that goes on from what a smaller one read."""
+        for L, M in zip(self.layers, other.layers):
+            L["k"][:, :, :n] = M["k"][:, :, :n]
+            L["v"][:, :, :n] = M["v"][:, :, :n]
+        if self.hidden is not None and other.hidden is not None:
+            self.hidden[:n] = other.hidden[:n]
+        self.length = n
+
     def adopt(self, src: int, dst: int) -> None:
         """Copy slot ``src``'s keys and values (and hidden state) to slot ``dst``: a tree node kept off the chain."""
         for L in self.layers:

@@ -4,6 +4,13 @@ The target (k+1 positions per verify) and a draft model (one token at a time) bo
 across steps and roll it back past the first rejected draft. Where fastdraft.LeanDecoder can run the
 model it does (a preallocated buffer, far less per-call overhead); else transformers' forward runs with
 kvcache.new_cache (preallocated too, O(1) crop). :attr:`ModelSequence.lean_reason` says which and why.
+
+Between generations the lean buffer is kept: a chat's next turn sends the whole conversation again, and the part
+the last generation already read (its prompt and reply, up to the first token that differs) is not read again
+(:meth:`ModelSequence.remember`, then :meth:`ModelSequence.start`). On specdesk's own CPU kernels every position
+is computed alone whatever else its pass holds, so the kept keys and values are bit for bit what a new prefill
+would write; elsewhere they are the same up to float rounding (a prefill's batched products against a decode
+step's), as in any engine that caches prompts.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ class ModelSequence:
         self.cache = None
         self.sliding = False  # the transformers cache has sliding-window layers (crop after every step)
         self.keep_hidden = False  # keep every position's final hidden state (an EAGLE drafter reads them)
+        self.reuse = True  # start() may keep what the last sequence read (see remember)
+        self.cached: list[int] | None = None  # the tokens the lean buffer holds, when remember() said so
 
     @property
     def uses_lean_path(self) -> bool:
@@ -38,20 +47,64 @@ class ModelSequence:
         # cache (window - 1 positions), so the planner's figures hold either way
         return self.uses_lean_path and (self.window is None or capacity < self.window)
 
-    def start(self, ids: list[int], capacity: int) -> None:
-        """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks."""
-        self.release()  # free the last sequence's buffers before allocating new ones
-        if self.runs_lean(capacity):
-            self.decoder = LeanDecoder(self.model, capacity, keep_hidden=self.keep_hidden)
-        else:
-            self.cache = new_cache(self.model.config, capacity)
-            self.sliding = has_sliding_layers(self.cache)
-        for i in range(0, len(ids), PREFILL_CHUNK):
+    def start(self, ids: list[int], capacity: int) -> int:
+        """A new sequence of at most ``capacity`` positions, prefilled with ``ids`` in chunks. Returns how many of
+        ``ids`` were not read again: the longest common prefix with what the last sequence remembered."""
+        kept = self._keep(ids, capacity)
+        if not kept:
+            self.release()  # free the last sequence's buffers before allocating new ones
+            if self.runs_lean(capacity):
+                self.decoder = LeanDecoder(self.model, capacity, keep_hidden=self.keep_hidden)
+            else:
+                self.cache = new_cache(self.model.config, capacity)
+                self.sliding = has_sliding_layers(self.cache)
+        for i in range(kept, len(ids), PREFILL_CHUNK):
             self.feed(torch.tensor(ids[i:i + PREFILL_CHUNK], device=self.device))
+        return kept
+
+    def _keep(self, ids: list[int], capacity: int) -> int:
+        """Keep the remembered prefix ``ids`` starts with (in a buffer of ``capacity`` positions); its length, or 0
+        when nothing is kept."""
+        n = self.kept_length(ids) if self.runs_lean(capacity) else 0
+        self.cached = None  # from here until remember(), the buffer's contents are in flux
+        if n == 0:
+            return 0
+        if capacity == self.decoder.capacity:
+            self.decoder.crop(n)
+            return n
+        # buffers of exactly this generation's size, as the planner counts them (a kept larger one would hold memory
+        # a short reply after a long one does not need); copying the kept positions costs ~10 ms per 50 MB
+        old, self.decoder = self.decoder, None
+        try:
+            self.decoder = LeanDecoder(self.model, capacity, keep_hidden=self.keep_hidden)
+        except (torch.OutOfMemoryError, MemoryError):  # old and new buffers do not fit together: read it all again
+            return 0
+        self.decoder.take(old, n)
+        return n
+
+    def kept_length(self, ids: list[int]) -> int:
+        """How many of ``ids`` the next :meth:`start` would keep: the prefix they share with what was remembered."""
+        if not (self.reuse and self.cached and self.decoder is not None):
+            return 0
+        n = 0
+        for a, b in zip(ids, self.cached):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def remember(self, ids: list[int]) -> None:
+        """The generation is over and ``ids`` is its committed sequence, whose first positions the cache holds (the
+        decode loop's invariant): keep them for the next :meth:`start` to skip."""
+        if self.reuse and self.decoder is not None:
+            n = min(self.decoder.length, len(ids))
+            self.decoder.crop(n)
+            self.cached = list(ids[:n])
 
     def release(self) -> None:
         """Drop the sequence's buffers (the next :meth:`start` allocates new ones)."""
         self.decoder = self.cache = None
+        self.cached = None
 
     @torch.inference_mode()
     def feed(self, ids: torch.Tensor, every: bool = False) -> torch.Tensor:

@@ -27,9 +27,14 @@ class TargetRunner:
     def uses_lean_path(self) -> bool:
         return self.seq.uses_lean_path
 
-    def prefill(self, ids: list[int], capacity: int) -> None:
-        """Fill the KV cache with ``ids`` (all committed tokens but the last)."""
-        self.seq.start(ids, capacity)
+    def prefill(self, ids: list[int], capacity: int) -> int:
+        """Fill the KV cache with ``ids`` (all committed tokens but the last); returns how many of them were kept
+        from the last generation instead of read (see :meth:`remember`)."""
+        return self.seq.start(ids, capacity)
+
+    def remember(self, ids: list[int]) -> None:
+        """The generation is over, ``ids`` its committed sequence: keep the cache for a next prompt that starts so."""
+        self.seq.remember(ids)
 
     def verify(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens: (m,) = last committed token + drafts -> logits (m, vocab) for the next position of each."""

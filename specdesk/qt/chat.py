@@ -36,6 +36,9 @@ class Footer:
     drafter: str
     plain_tokens_per_second: float | None = None
     identical_to_plain: bool | None = None
+    prompt_tokens: int = 0
+    kept_tokens: int = 0  # of the prompt's, kept from the last reply's cache (a chat's earlier turns): not read again
+    prefill_seconds: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -53,6 +56,9 @@ class Footer:
             same = {True: ", same output", False: ", output differs", None: ""}[self.identical_to_plain]
             parts.append(f"{self.speedup:.2f}× vs plain ({self.plain_tokens_per_second:.1f} tok/s{same})")
         parts.append(f"{self.drafter}")
+        if self.prefill_seconds is not None and self.prompt_tokens:
+            kept = f", {self.kept_tokens} kept" if self.kept_tokens else ""
+            parts.append(f"prompt {self.prompt_tokens} tokens{kept}, read in {self.prefill_seconds * 1000:.0f} ms")
         if self.stop_reason not in ("eos", "max_new_tokens"):
             parts.append(f"stopped: {self.stop_reason}")
         return " · ".join(parts)

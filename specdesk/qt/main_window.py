@@ -485,7 +485,8 @@ class MainWindow(QMainWindow):
         elif isinstance(ev, DoneEvent):
             self._finish_reply(req, ev)
         elif isinstance(ev, PrefillEvent):
-            self.state_label.setText(f"engine: generating ({ev.prompt_tokens} prompt tokens, "
+            kept = f", {ev.cached_tokens} kept from the last reply" if ev.cached_tokens else ""
+            self.state_label.setText(f"engine: generating ({ev.prompt_tokens} prompt tokens{kept}, "
                                      f"prefill {ev.seconds * 1000:.0f} ms)")
 
     def _take_unshown(self) -> list[Span]:
@@ -502,7 +503,9 @@ class MainWindow(QMainWindow):
         st = done.stats
         self.chat.end_reply(Footer(tokens=st.new_tokens, tokens_per_second=st.tokens_per_second,
                                    acceptance_rate=st.acceptance_rate, mean_accepted_length=st.mean_accepted_length,
-                                   stop_reason=done.stop_reason, drafter=_drafter_label(req)))
+                                   stop_reason=done.stop_reason, drafter=_drafter_label(req),
+                                   prompt_tokens=st.prompt_tokens, kept_tokens=st.cached_prompt_tokens,
+                                   prefill_seconds=st.prefill_seconds))
         self.plots.refresh()
         self.cards.show_figures(st.new_tokens, st.tokens_per_second, st.acceptance_rate, st.mean_accepted_length,
                                 st.target_forwards)

@@ -250,6 +250,7 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
               cancel: threading.Event | None = None) -> list[Run]:
     """Every (repeat, prompt, temperature) runs all methods back to back, in a rotated order."""
     say = progress or (lambda msg: None)
+    engine.reuse_cache = False  # every method reads its whole prompt (a kept cache would spare all but the first)
     encoded = {p.name + p.category: prompt_ids(engine, p) for p in prompts}
     # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded.
     warm = engine.encode(prompts[0].text)[:64]
