@@ -175,7 +175,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spans: list, threa
     return out
 
 
-@pytest.mark.parametrize("hd", [16, 64])  # the portable path, and AVX512-BF16 scores where the CPU has them
+@pytest.mark.parametrize("hd", [16, 64, 128])  # the portable path, and AVX512-BF16 scores where the CPU has them
 def test_attention_is_each_positions_own_whatever_the_call_holds(hd, march):
     g = torch.Generator().manual_seed(hd)
     hq, hk, cap = 6, 2, 256
@@ -190,6 +190,10 @@ def test_attention_is_each_positions_own_whatever_the_call_holds(hd, march):
     assert torch.equal(torch.cat([attend(q[t:t + 1], k, v, spans[t:t + 1]) for t in range(9)]), together)
     assert torch.equal(attend(q[3:7], k, v, spans[3:7]), together[3:7])
     assert torch.equal(attend(q, k, v, spans, threads=1), together)
+    # rows of any lengths in one call (the kernel takes a KV head's rows together, up to 6 at once): each its own
+    mixed = [(n, []) for n in (7, 200, 16, 1, 151, 33, 256, 17, 64)]
+    assert torch.equal(attend(q, k, v, mixed, threads=3), torch.cat([attend(q[t:t + 1], k, v, mixed[t:t + 1])
+                                                                     for t in range(9)]))
     # a tree leaf: slots 0..99, then its ancestors in slots 200, 203, 201 = the same keys laid out in a row
     for cache in (k, v):
         cache[:, 100:103] = cache[:, [200, 203, 201]]
