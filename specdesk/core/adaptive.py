@@ -136,6 +136,7 @@ class AdaptiveK:
     # percent of noise, and near break-even (q4 SmolLM2 with its draft on a 2-core Xeon once specdesk's own
     # kernels made plain passes 3 ms) drafting on noise lost 5-20% against plain decoding.
     PLAIN_MARGIN = 0.04
+    STAY_MARGIN = 0.0
     REPLAN_PLAIN = 4
     # plain steps this many steps after the draft last ran are plain decoding's cost (see observe)
     PLAIN_SETTLE = 4
@@ -289,7 +290,11 @@ class AdaptiveK:
                 best_r, best = r, k
         self.best_rate = best_r
         plain = self.verify_cost(1, seen) if self.verify[1].seen else None
-        if best > 0 and plain and best_r < (1.0 + self.PLAIN_MARGIN) / plain:
+        # hysteresis: resuming drafting costs a catch-up (the draft reads what it missed, and pushes the target out
+        # of the CPU's cache for a pass or two), so it starts only where it predicts PLAIN_MARGIN over plain
+        # decoding, and once drafting goes on while it predicts no loss (STAY_MARGIN)
+        margin = self.STAY_MARGIN if self.history and self.history[-1] > 0 else self.PLAIN_MARGIN
+        if best > 0 and plain and best_r < (1.0 + margin) / plain:
             self.best_rate = 1.0 / plain
             return 0
         return best
@@ -436,21 +441,29 @@ class AdaptiveK:
         return best
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                context_len: int = 0, confidences: tuple[float, ...] = ()) -> None:
+                context_len: int = 0, confidences: tuple[float, ...] = (), setup_s: float = 0.0) -> None:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:
-        the draft's probability of each drafted token, when the drafter reported them."""
+        the draft's probability of each drafted token, when the drafter reported them; ``setup_s``: seconds of
+        ``draft_s`` the draft spent catching up on tokens it had not seen (Proposal.setup_s)."""
         m = min(drafted + 1, len(self.verify) - 1)
+        # A step whose draft first caught up (the prompt, or a stretch decoded plainly) costs what drafting costs
+        # only once, when it resumes: q4 SmolLM2's draft read 2.4 ms a drafted token in such steps against 0.43 in
+        # a drafted stretch, and the target's pass after it 3.8-4.0 ms against 3.05 (the draft's reads pushed its
+        # weights out of the CPU's cache). Learnt as drafting's costs, they kept k=auto decoding plainly where
+        # k=1 was 7% faster; its acceptance is learnt, its costs are not.
+        cold = drafted > 0 and setup_s > 0
         # Plain steps soon after a drafted one are not what plain decoding costs: the draft's weights have pushed
         # some of the target's out of the CPU's cache, and it takes the target a few passes to get them back (q4
         # SmolLM2 on a 2-core Xeon: 4.8, 4.1, 3.5, 3.0 ms for the first plain passes after a draft step, 2.8 in a
         # plain streak; learnt from those, k=auto kept drafting at 0.8x of plain). A plain pass is learnt from
         # plain steps PLAIN_SETTLE or more steps after the draft last ran (until then k=auto decodes plainly).
         self._since_draft = 0 if drafted > 0 else self._since_draft + 1
-        if drafted > 0 or self._since_draft >= self.PLAIN_SETTLE:
+        if (drafted > 0 and not cold) or self._since_draft >= self.PLAIN_SETTLE:
             self.verify[m].add(context_len, verify_s)
         if drafted <= 0:
             return
-        self.draft.add(context_len, draft_s / drafted, float(drafted))
+        if not cold:
+            self.draft.add(context_len, draft_s / drafted, float(drafted))
         hints = self._hint_states if len(self._hint_states) == len(confidences) else [self.HINT_NONE] * len(confidences)
         for j, p in enumerate(confidences[: accepted + 1]):  # tokens after the first rejection were never judged
             passed = 1.0 if j < accepted else 0.0

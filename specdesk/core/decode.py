@@ -143,7 +143,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
             controller.observe_verify(m, tc - tb, context, n)
         else:
-            controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences)
+            controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences, proposal.setup_s)
         if keep is not None:
             k = m  # drafting by confidence: the step's k is what the draft was let draft
         end = time.perf_counter()

@@ -12,6 +12,7 @@ many leading committed positions are certainly right, so a drafter with state ro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,10 @@ class Proposal:
     free: bool = False  # taken from prompt lookup by a model drafter (no model pass; its costs are not the model's)
     # greedy sibling trees (core/tree.py): leaves[i] (w_i - 1,) the draft's runner-up tokens at depth i + 1
     leaves: tuple[torch.Tensor, ...] = ()
+    # seconds of the proposal spent reading what the draft model had not seen: the prompt, or the tokens decoded
+    # while it sat out (k=auto's plain steps, prompt lookup's). A one-off when drafting resumes, not a cost per
+    # drafted token (k=auto leaves such steps out of its costs)
+    setup_s: float = 0.0
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -122,6 +127,7 @@ class ModelDrafter(Drafter):
         self.head_ids = head_ids
         self.seq = ModelSequence(model, lean)
         self._pending: tuple[list[int], int] | None = None  # (prompt, capacity) not read yet (start)
+        self.setup_s = 0.0  # this proposal's catch-up seconds (Proposal.setup_s)
         self.device = self.seq.device
         if head_ids is not None:
             self.head_ids = head_ids.to(self.device)
@@ -155,8 +161,19 @@ class ModelDrafter(Drafter):
         return self.seq.feed(ids)[: self.vocab]
 
     def _first(self, ids: list[int]) -> torch.Tensor:
-        """Logits for the first drafted token: feed the committed tokens the draft has not seen yet."""
+        """Logits for the first drafted token: feed the committed tokens the draft has not seen yet. A step that
+        follows a drafted one has 1-2 of them (the target's own token, and the last draft token after a full
+        accept); more are a catch-up, read first and timed apart (``setup_s``)."""
+        t0 = time.perf_counter()
+        setup = self._pending is not None
         self._started()
+        if len(ids) - self.seq.length > 2:
+            self.seq.feed(torch.tensor(ids[self.seq.length:-1], dtype=torch.long, device=self.device))
+            setup = True
+        if setup:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            self.setup_s = time.perf_counter() - t0
         return self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
 
     def _next(self, tok: torch.Tensor) -> torch.Tensor:
@@ -166,6 +183,7 @@ class ModelDrafter(Drafter):
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
+        self.setup_s = 0.0
         logits = self._first(ids)
         tokens, probs, confidences, leaves = [], [], [], []
         widths = widths if sampling.greedy else ()
@@ -198,14 +216,14 @@ class ModelDrafter(Drafter):
         out = torch.cat(tokens)
         conf = tuple(confidences)
         if sampling.greedy:
-            return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]))
+            return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]), setup_s=self.setup_s)
         p = torch.stack(probs)  # (m, vocab)
         if self.head_ids is not None:
             full = torch.zeros(p.shape[0], self.target_vocab, dtype=p.dtype, device=p.device)
-            return Proposal(out, full.index_copy_(1, self.head_ids, p), conf)
+            return Proposal(out, full.index_copy_(1, self.head_ids, p), conf, setup_s=self.setup_s)
         if self.target_vocab > self.vocab:
             p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
-        return Proposal(out, p, conf)
+        return Proposal(out, p, conf, setup_s=self.setup_s)
 
     def commit(self, valid_len: int) -> None:
         if self._pending is None:  # not started: nothing read, nothing to forget
