@@ -16,6 +16,8 @@
                                                              # specdesk's own: how far each follows llama.cpp's
     python devscripts/smollm2_costs.py one-call                 # q4 passes with the layers in one call and one by
                                                              # one, A/B; a plain pass after a draft forward
+    python devscripts/smollm2_costs.py turns [--json OUT]       # a 6-turn chat with the caches kept and read whole
+    python devscripts/smollm2_costs.py context                  # passes, decoding and prefills as the context grows
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
 bundled draft's run kept its own; any run of the same command writes one).
@@ -294,6 +296,71 @@ def one_call(args) -> None:
     print(json.dumps({"kernels": kernels_status(), "ms": out}, indent=1))
 
 
+TURNS = ["Write a short story about a lighthouse keeper who finds a message in a bottle.",
+         "Now tell the same story from the point of view of the bottle.",
+         "Give the story a title and a one-line summary.",
+         "Translate the summary into French.",
+         "Write a short poem about the lighthouse.",
+         "List five things the keeper would keep in the lighthouse, with a reason for each."]
+
+
+def turns(args) -> None:
+    """A 6-turn chat (q4 target + draft, k=auto, greedy, 200 new tokens a turn), with the caches kept between turns
+    and with every prompt read whole (Engine.reuse_cache), twice each in turn: per turn the prompt's tokens, how many
+    were kept, the prefill in ms, decode tokens/s, and whether the replies matched."""
+    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine.warm_up()
+    out: dict = {"kernels": kernels_status(), "runs": []}
+    for reuse in (True, False, True, False):
+        engine.reuse_cache = reuse
+        messages, rows = [], []
+        for text in TURNS:
+            messages.append({"role": "user", "content": text})
+            ids = engine.chat_ids(messages)
+            r = engine.generate(ids, drafter="model", k="auto", max_new_tokens=200, temperature=0)
+            rows.append({"prompt_tokens": len(ids), "kept": r.stats.cached_prompt_tokens,
+                         "prefill_ms": round(r.stats.prefill_seconds * 1e3, 1),
+                         "tokens_per_s": round(r.stats.tokens_per_second, 1), "reply": list(r.token_ids)})
+            messages.append({"role": "assistant", "content": r.text})
+        out["runs"].append({"kept": reuse, "turns": rows})
+        print(("kept  " if reuse else "whole ") + " ".join(f"{t['prompt_tokens']}/{t['kept']}/{t['prefill_ms']:.0f}ms"
+                                                          for t in rows), flush=True)
+    first = [t["reply"] for t in out["runs"][0]["turns"]]
+    out["replies_identical"] = all([t["reply"] for t in run["turns"]] == first for run in out["runs"])
+    print(json.dumps({k: v for k, v in out.items() if k != "runs"}))
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+def context(args) -> None:
+    """The q4 target's pass over 1, 2, 3 and 5 positions after 100, 1,000 and 2,000 tokens of context (median of 40),
+    one-position decoding over the 200 positions after each, and prefills of 500, 1,000 and 2,000 tokens (best of 2):
+    what attention costs as a chat grows."""
+    engine = specdesk.load(args.gguf, None, device="cpu", target_quant="q4", drafter="none")
+    engine.warm_up()
+    engine.reuse_cache = False
+    ids = engine.encode((HERE.parent / "README.md").read_text())
+    runner = engine._runner
+    out: dict = {"kernels": kernels_status(), "verify_ms": {}, "decode_ms": {}, "prefill_s": {}}
+    for n in (100, 1000, 2000):
+        runner.prefill(ids[:n], n + 400)
+        row = []
+        for m in (1, 2, 3, 5):
+            toks = torch.tensor(ids[n:n + m])
+            row.append(round(_ms(lambda: runner.verify(toks), 40, 20, lambda: runner.rollback(runner.cache_len - n)), 2))
+        out["verify_ms"][n] = row
+        runner.rollback(runner.cache_len - n)
+        times = []
+        for i in range(200):
+            t0 = time.perf_counter()
+            runner.verify(torch.tensor(ids[n + i:n + i + 1]))
+            times.append(time.perf_counter() - t0)
+        out["decode_ms"][n] = round(sorted(times)[100] * 1e3, 2)
+    for n in (500, 1000, 2000):
+        out["prefill_s"][n] = round(min(_ms(lambda: runner.prefill(ids[:n], n + 8), 1, 0) for _ in range(2)) / 1e3, 3)
+    print(json.dumps(out, indent=1))
+
+
 def kernels_status() -> str:
     from specdesk.core import kernels
 
@@ -303,7 +370,8 @@ def kernels_status() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels",
-                                           "one-call"))
+                                           "one-call", "turns", "context"))
+    ap.add_argument("--json", type=Path, help="turns: write every turn's figures and replies here")
     ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
@@ -312,7 +380,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
-     "agree": agree, "kernels": kernels_ab, "one-call": one_call}[args.what](args)
+     "agree": agree, "kernels": kernels_ab, "one-call": one_call, "turns": turns, "context": context}[args.what](args)
 
 
 if __name__ == "__main__":
