@@ -161,6 +161,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         tail = stops.feed(detok.flush()) + stops.flush()
     stats = GenerationStats(prompt_tokens=len(prompt_ids), new_tokens=len(generated), target_forwards=forwards,
                             drafted=drafted, accepted=accepted, prefill_seconds=prefill_s,
-                            cached_prompt_tokens=cached, decode_seconds=end - start, draft_seconds=draft_total, verify_seconds=verify_total)
+                            cached_prompt_tokens=cached, decode_seconds=end - start, draft_seconds=draft_total,
+                            verify_seconds=verify_total)
     yield DoneEvent(token_ids=tuple(generated), text="".join(texts) + tail, stats=stats,
                     stop_reason=stop_reason, seed=seed, tail=tail)

@@ -230,7 +230,7 @@ class ModelDrafter(Drafter):
             self.seq.crop(valid_len)
 
     def remember(self, ids: list[int]) -> None:
-        if self._pending is None:  # its cache holds the first positions of ids (commit keeps no drafted token past them)
+        if self._pending is None:  # its cache holds ids' first positions (commit keeps no drafted token past them)
             self.seq.remember(ids)
 
 
