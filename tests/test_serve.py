@@ -121,6 +121,8 @@ def test_completions_greedy_and_sampled_match_specdesk_generate(server, chat_tar
            for t in c.model_extra["specdesk"]["token_ids"]]
     assert ids == want["token_ids"]
     assert chunks[-1].usage.completion_tokens == len(want["token_ids"]) and not chunks[-1].choices
+    # the same prompt again: read from the last request's cache (all of it but the last token, which is fed to decode)
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == chunks[-1].usage.prompt_tokens - 1 > 0
     # sampling: temperature, top_p and the seed reach the engine exactly as `generate` takes them
     want_s = generate_cli(capsys, chat_target, tiny_draft, PROMPT, 16, "--temperature", "0.8", "--top-p", "0.9",
                           "--seed", "7", "--k", "3", "--raw")  # a fixed k: with auto, the draws per step follow timings

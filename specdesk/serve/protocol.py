@@ -289,9 +289,12 @@ def lmstudio_stats(fig: RequestFigures, done: DoneEvent, timing: Timing, draft_m
 
 
 def usage(done: DoneEvent) -> dict:
+    """OpenAI's usage object; ``cached_tokens``: the prompt's tokens kept from the last request's cache (a
+    conversation's earlier turns, a shared system prompt) instead of read again."""
     s = done.stats
     return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.new_tokens,
-            "total_tokens": s.prompt_tokens + s.new_tokens}
+            "total_tokens": s.prompt_tokens + s.new_tokens,
+            "prompt_tokens_details": {"cached_tokens": s.cached_prompt_tokens}}
 
 
 # ----------------------------------------------------------------------------- bodies
