@@ -57,7 +57,7 @@ def assert_product(got: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
 
 
 def test_it_builds_here_and_torchs_kernel_is_taken_when_asked(monkeypatch):
-    assert kernels.library().sd_isa().decode() in ("avx512vnni", "avx2")
+    assert kernels.library().sd_isa().decode() in ("avx512vnni, amx", "avx512vnni", "avx2")  # amx: q4 prefills
     monkeypatch.setenv(kernels.MARCH_ENV, "x86-64-v3")
     assert kernels.library().sd_isa().decode() == "avx2"
     monkeypatch.delenv(kernels.MARCH_ENV)
@@ -105,12 +105,13 @@ def test_q8_codes_come_back_and_the_product_is_llama_cpps(march):
 def test_each_row_is_the_same_alone_among_others_and_on_any_thread_count(kind, march):
     cls = int4.NativeQ4Linear if kind == "q4" else int4.NativeQ8Linear
     q = cls.from_linear(nn.Linear(576, 320, bias=False))
-    x = (torch.randn(20, 576) * torch.linspace(0.01, 30, 20)[:, None]).bfloat16()
+    # 40 rows: on a CPU with AMX, q4's blocks of 16 rows go through its tiles (two here, and 8 rows past them)
+    x = (torch.randn(40, 576) * torch.linspace(0.01, 30, 40)[:, None]).bfloat16()
     together = q(x)
-    for n in (1, 2, 5, 8, 9, 17):
+    for n in (1, 2, 5, 8, 9, 16, 17, 33):
         assert torch.equal(q(x[:n]), together[:n]), n
         assert torch.equal(q(x[n:]), together[n:]), n
-    assert torch.equal(torch.cat([q(x[i:i + 1]) for i in range(20)]), together)
+    assert torch.equal(torch.cat([q(x[i:i + 1]) for i in range(40)]), together)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

@@ -17,6 +17,7 @@
  * x: (M, K) bfloat16 rows; y: (M, N) bfloat16 rows (rounded to nearest even).
  */
 #include <immintrin.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "scalars.h"
@@ -174,6 +175,81 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
     for (int r = 0; r < rows; r++) store_bf16x16(y + r * ldy, cols, acc[r]);
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__)
+/* Products over 16 rows and more (a prompt's prefill) on AMX's tile unit (Intel Sapphire Rapids and later): each
+ * group's 16 x 16 integer sums in one tile instruction (TDPBSUD: 8-bit activations x the codes as unsigned bytes) in
+ * place of 16 x 8 vpdpbusd. Integer sums are exact, so they are the vector kernel's to the bit, and what follows is
+ * its float operations in its order: the same outputs. The q4 layout is already the tile's: chunk t's low nibbles
+ * are inputs 4t .. 4t+3 of the 16 columns (tile row t), its high ones inputs 4(t+4) .. (row t+4). */
+#include <sys/syscall.h>
+#include <unistd.h>
+#define SD_AMX 1
+#define AMX_ROWS 16
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+static int amx_state; /* 0 not asked yet, 1 granted, -1 refused */
+
+/* Linux lends the tile registers to a process that asks (ARCH_REQ_XCOMP_PERM for XTILEDATA). SPECDESK_NO_AMX set:
+ * the vector kernel only (the same outputs; for comparing the two, or a system where tiles misbehave). */
+static int amx_ready(void) {
+    if (amx_state == 0) {
+        const char *off = getenv("SPECDESK_NO_AMX");
+        amx_state = (off && *off) ? -1 : (syscall(SYS_arch_prctl, 0x1023, 18) == 0 ? 1 : -1);
+    }
+    return amx_state > 0;
+}
+
+/* A thread's tiles: 0 the sums (16 rows x 16 int32), 1 the activations (16 rows x 32 bytes), 2 the codes (8 x 64). */
+static void amx_config(void) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[0] = AMX_ROWS, cfg.colsb[0] = 64;
+    cfg.rows[1] = AMX_ROWS, cfg.colsb[1] = 32;
+    cfg.rows[2] = 8, cfg.colsb[2] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+/* A column block's codes, every group, as bytes in tile layout: wb[g][8][64]. */
+static void q4_unpack(const uint8_t *w, int64_t G, uint8_t *wb) {
+    const __m512i low = _mm512_set1_epi8(0x0f);
+    for (int64_t g = 0; g < G; g++)
+        for (int t = 0; t < 4; t++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(w + g * 256 + 64 * t));
+            _mm512_store_si512((void *)(wb + g * 512 + 64 * t), _mm512_and_si512(v, low));
+            _mm512_store_si512((void *)(wb + g * 512 + 64 * (t + 4)), _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+        }
+}
+
+/* q4_block's sums for 16 rows, its float steps after them in the same order. sums: 16 x 16 int32 of scratch. */
+static void q4_block_amx(const int8_t *qx, const float *dx, const float *dsum, int64_t K, const uint8_t *wb,
+                         const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols, int32_t *sums) {
+    const int64_t G = K / 32;
+    __m512 acc[AMX_ROWS];
+    for (int r = 0; r < AMX_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < G; g++) {
+        _tile_zero(0);
+        _tile_loadd(1, qx + g * 32, K);
+        _tile_loadd(2, wb + g * 512, 64);
+        _tile_dpbsud(0, 1, 2);
+        _tile_stored(0, sums, 64);
+        __m512 step = load_bf16x16(s + g * 32), zero = load_bf16x16(s + g * 32 + 16);
+        __m512 c = _mm512_fmadd_ps(step, _mm512_set1_ps(-8.0f), zero);
+        for (int r = 0; r < AMX_ROWS; r++) {
+            const __m512i a = _mm512_load_si512((const void *)(sums + 16 * r));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(step, _mm512_set1_ps(dx[r * G + g])), acc[r]);
+            acc[r] = _mm512_fmadd_ps(c, _mm512_set1_ps(dsum[r * G + g]), acc[r]);
+        }
+    }
+    for (int r = 0; r < AMX_ROWS; r++) store_bf16x16(y + r * ldy, cols, acc[r]);
+}
+#endif
+
 #elif defined(__AVX2__) && defined(__FMA__)
 #define SD_ISA "avx2"
 
@@ -260,7 +336,12 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
 #error "specdesk's q4 kernel needs AVX2 and FMA, or AVX512-VNNI"
 #endif
 
-const char *sd_isa(void) { return SD_ISA; }
+const char *sd_isa(void) {
+#ifdef SD_AMX
+    if (amx_ready()) return SD_ISA ", amx";
+#endif
+    return SD_ISA;
+}
 
 /* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Output column j (the j-th of the N
  * the codes hold) goes to column map[j] of y's rows of ldy values (map NULL: column j, ldy N): a head whose rows are
@@ -280,6 +361,38 @@ int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w
     quantize_rows(x, M, K, qx, dx, isum);
     for (int64_t i = 0; i < M * G; i++) dsum[i] = dx[i] * (float)isum[i];
     const int64_t wblock = kind == 4 ? G * 256 : G * 512, sblock = kind == 4 ? G * 32 : G * 16;
+#ifdef SD_AMX
+    if (kind == 4 && M >= AMX_ROWS && amx_ready()) {
+        const int64_t full = M / AMX_ROWS * AMX_ROWS; /* rows past the last 16 on the vector kernel */
+        uint8_t *wb = (uint8_t *)aligned_alloc(64, (size_t)(threads * G * 512));
+        int32_t *sums = (int32_t *)aligned_alloc(64, (size_t)threads * 1024);
+        if (wb && sums) {
+#pragma omp parallel num_threads(threads)
+            {
+                const int me = omp_get_thread_num();
+                amx_config();
+#pragma omp for schedule(static)
+                for (int64_t nb = 0; nb < NB; nb++) {
+                    int64_t cols[16];
+                    for (int i = 0; i < 16; i++) cols[i] = map ? map[nb * 16 + i] : nb * 16 + i;
+                    q4_unpack((const uint8_t *)w + nb * wblock, G, wb + me * G * 512);
+                    for (int64_t m0 = 0; m0 < full; m0 += AMX_ROWS)
+                        q4_block_amx(qx + m0 * K, dx + m0 * G, dsum + m0 * G, K, wb + me * G * 512, s + nb * sblock,
+                                     y + m0 * ldy, ldy, cols, sums + me * 256);
+                    for (int64_t m0 = full; m0 < M; m0 += MR) {
+                        int64_t rows = M - m0 < MR ? M - m0 : MR;
+                        q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
+                                 s + nb * sblock, y + m0 * ldy, ldy, cols);
+                    }
+                }
+                _tile_release();
+            }
+            free(wb), free(sums), free(qx), free(dx), free(isum), free(dsum);
+            return 0;
+        }
+        free(wb), free(sums); /* out of memory for the tiles' scratch: the vector kernel */
+    }
+#endif
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t nb = 0; nb < NB; nb++) {
         int64_t cols[16];
