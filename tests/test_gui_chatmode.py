@@ -45,7 +45,12 @@ def test_chat_template_models_chat_in_turns(qtbot, tmp_path, monkeypatch, tiny_t
     assert win._history == [("user", "hello"), ("assistant", replies[0]), ("user", "and again"),
                             ("assistant", replies[1])]
     assert [t.role for t in win.chat.turns if t.role in ("user", "assistant")] == ["user", "assistant"] * 2
-    g = read_log(win.log_path).generations
+    log = read_log(win.log_path)
+    g = log.generations
     assert len(g) == 2 and isinstance(g[1].info["prompt"], list)  # the templated token ids
+    from specdesk.qt.export import generation_summary, report_html
+
+    assert [generation_summary(x)["kept_prompt_tokens"] for x in g] == kept  # the log and its report say so too
+    assert f"({kept[1]} kept)" in report_html(log, plots=False)
     assert g[1].info["prompt_tokens"] == len(g[1].info["prompt"]) > g[0].info["prompt_tokens"]
     win.close()

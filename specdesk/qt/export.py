@@ -128,6 +128,9 @@ def generation_summary(g: Generation) -> dict:
     drafter = g.info.get("drafter")
     return {"generation": g.index, "drafter": drafter, "k": settings.get("k") if drafter != "none" else None,
             "temperature": settings.get("temperature"), "prompt_tokens": g.info.get("prompt_tokens"),
+            # of the prompt's tokens, those kept from the last generation's cache (a chat's earlier turns), and the
+            # seconds reading the rest took
+            "kept_prompt_tokens": st.get("cached_prompt_tokens", 0), "prefill_seconds": st.get("prefill_seconds"),
             "new_tokens": new_tokens, "steps": forwards, "drafted": drafted, "accepted": accepted,
             "seconds": seconds, "tokens_per_second": new_tokens / seconds if seconds else None,
             "acceptance_rate": accepted / drafted if drafted else None,
@@ -297,9 +300,10 @@ def report_html(log: SessionLog, plots: bool = True) -> str:
                  "<th>vs plain</th><th>stop</th></tr>")
     for pos, s in enumerate(sums):
         up = ups.get(pos)
+        kept = f" ({s['kept_prompt_tokens']} kept)" if s["kept_prompt_tokens"] else ""
         parts.append(
             f"<tr><td>{pos}</td><td>{_fmt(s['drafter'])}</td><td>{_fmt(s['k'])}</td>"
-            f"<td class=n>{_fmt(s['temperature'])}</td><td class=n>{_fmt(s['prompt_tokens'])}</td>"
+            f"<td class=n>{_fmt(s['temperature'])}</td><td class=n>{_fmt(s['prompt_tokens'])}{kept}</td>"
             f"<td class=n>{_fmt(s['new_tokens'])}</td><td class=n>{_fmt(s['steps'])}</td>"
             f"<td class=n>{_fmt(s['tokens_per_second'])}</td><td class=n>{_fmt(s['acceptance_rate'], 'pct')}</td>"
             f"<td class=n>{_fmt(s['mean_accepted_length'])}</td>"
