@@ -343,6 +343,26 @@ const char *sd_isa(void) {
     return SD_ISA;
 }
 
+/* Column block nb's output columns in y: map's, or nb * 16 .. nb * 16 + 15. */
+static void block_cols(const int64_t *map, int64_t nb, int64_t *cols) {
+    for (int i = 0; i < 16; i++) cols[i] = map ? map[nb * 16 + i] : nb * 16 + i;
+}
+
+/* Rows m_from .. M - 1 of one column block (its codes wb and scales sb) on the vector kernel, MR rows at a time. */
+static void vector_rows(int kind, int64_t m_from, int64_t M, int64_t K, const int8_t *qx, const float *dx,
+                        const int32_t *isum, const float *dsum, const uint8_t *wb, const uint16_t *sb, uint16_t *y,
+                        int64_t ldy, const int64_t *cols) {
+    const int64_t G = K / 32;
+    for (int64_t m0 = m_from; m0 < M; m0 += MR) {
+        const int64_t rows = M - m0 < MR ? M - m0 : MR;
+        if (kind == 4)
+            q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, wb, sb, y + m0 * ldy, ldy, cols);
+        else
+            q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)wb, sb, y + m0 * ldy, ldy,
+                     cols);
+    }
+}
+
 /* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Output column j (the j-th of the N
  * the codes hold) goes to column map[j] of y's rows of ldy values (map NULL: column j, ldy N): a head whose rows are
  * stored in another order (a draft's rows first, to share them) still writes its logits in vocabulary order.
@@ -361,12 +381,13 @@ int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w
     quantize_rows(x, M, K, qx, dx, isum);
     for (int64_t i = 0; i < M * G; i++) dsum[i] = dx[i] * (float)isum[i];
     const int64_t wblock = kind == 4 ? G * 256 : G * 512, sblock = kind == 4 ? G * 32 : G * 16;
+    int done = 0;
 #ifdef SD_AMX
     if (kind == 4 && M >= AMX_ROWS && amx_ready()) {
         const int64_t full = M / AMX_ROWS * AMX_ROWS; /* rows past the last 16 on the vector kernel */
         uint8_t *wb = (uint8_t *)aligned_alloc(64, (size_t)(threads * G * 512));
         int32_t *sums = (int32_t *)aligned_alloc(64, (size_t)threads * 1024);
-        if (wb && sums) {
+        if (wb && sums) { /* else (out of memory for the tiles' scratch) the vector kernel */
 #pragma omp parallel num_threads(threads)
             {
                 const int me = omp_get_thread_num();
@@ -374,37 +395,28 @@ int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w
 #pragma omp for schedule(static)
                 for (int64_t nb = 0; nb < NB; nb++) {
                     int64_t cols[16];
-                    for (int i = 0; i < 16; i++) cols[i] = map ? map[nb * 16 + i] : nb * 16 + i;
+                    block_cols(map, nb, cols);
                     q4_unpack((const uint8_t *)w + nb * wblock, G, wb + me * G * 512);
                     for (int64_t m0 = 0; m0 < full; m0 += AMX_ROWS)
                         q4_block_amx(qx + m0 * K, dx + m0 * G, dsum + m0 * G, K, wb + me * G * 512, s + nb * sblock,
                                      y + m0 * ldy, ldy, cols, sums + me * 256);
-                    for (int64_t m0 = full; m0 < M; m0 += MR) {
-                        int64_t rows = M - m0 < MR ? M - m0 : MR;
-                        q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
-                                 s + nb * sblock, y + m0 * ldy, ldy, cols);
-                    }
+                    vector_rows(kind, full, M, K, qx, dx, isum, dsum, (const uint8_t *)w + nb * wblock,
+                                s + nb * sblock, y, ldy, cols);
                 }
                 _tile_release();
             }
-            free(wb), free(sums), free(qx), free(dx), free(isum), free(dsum);
-            return 0;
+            done = 1;
         }
-        free(wb), free(sums); /* out of memory for the tiles' scratch: the vector kernel */
+        free(wb), free(sums);
     }
 #endif
+    if (!done) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t nb = 0; nb < NB; nb++) {
-        int64_t cols[16];
-        for (int i = 0; i < 16; i++) cols[i] = map ? map[nb * 16 + i] : nb * 16 + i;
-        for (int64_t m0 = 0; m0 < M; m0 += MR) {
-            int64_t rows = M - m0 < MR ? M - m0 : MR;
-            if (kind == 4)
-                q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, (const uint8_t *)w + nb * wblock,
-                         s + nb * sblock, y + m0 * ldy, ldy, cols);
-            else
-                q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)w + nb * wblock,
-                         s + nb * sblock, y + m0 * ldy, ldy, cols);
+        for (int64_t nb = 0; nb < NB; nb++) {
+            int64_t cols[16];
+            block_cols(map, nb, cols);
+            vector_rows(kind, 0, M, K, qx, dx, isum, dsum, (const uint8_t *)w + nb * wblock, s + nb * sblock, y, ldy,
+                        cols);
         }
     }
     free(qx), free(dx), free(isum), free(dsum);
