@@ -135,48 +135,25 @@ static void scores16(const uint16_t *q, const uint16_t *kc, int64_t hd, int64_t 
     }
 }
 
-/* The weighted sum of values, every output dimension of the g heads in registers at once (G x C vectors of 16, C =
- * hd / 16), keys in order: each lane's sum is the one-chunk-at-a-time loop's, in the same order, so the same bits,
- * with G * C independent chains instead of G. Constant G and C keep the sums in registers. */
-static inline __attribute__((always_inline)) void pv_fixed(const int G, const int C, const float *s,
-                                                           const uint16_t *vc, int64_t prefix, const int64_t *extras,
-                                                           int64_t L, float *o) {
-    __m512 acc[G * C];
-    for (int a = 0; a < G * C; a++) acc[a] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < L; j++) {
-        const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (16 * C);
-        for (int c = 0; c < C; c++) {
-            const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + 16 * c))), 16));
-            for (int i = 0; i < G; i++) acc[i * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * L + j]), vf, acc[i * C + c]);
-        }
-    }
-    for (int i = 0; i < G; i++)
-        for (int c = 0; c < C; c++) _mm512_storeu_ps(o + (i * C + c) * 16, acc[i * C + c]);
-}
-
-/* pv_fixed for the shapes it is built for (1-4 heads a KV head at head_dim 64, 1-2 at 128); 0 for others. */
-static int pv_all(int64_t g, int64_t chunks, const float *s, const uint16_t *vc, int64_t prefix,
-                  const int64_t *extras, int64_t L, float *o) {
-#define PV_CASE(G, C) if (g == G && chunks == C) { pv_fixed(G, C, s, vc, prefix, extras, L, o); return 1; }
-    PV_CASE(1, 4) PV_CASE(2, 4) PV_CASE(3, 4) PV_CASE(4, 4) PV_CASE(1, 8) PV_CASE(2, 8)
-#undef PV_CASE
-    return 0;
-}
 /* Rows sharing a KV head (query heads of one or several positions, each row seeing keys 0 .. Lr[r] - 1) in one pass
  * over the keys: a key or value is loaded once for all rows instead of once a row (at 2,000 keys a verify pass paid
  * a whole attention per position). Each row's scores, softmax and weighted sum are attend_one's, operation for
  * operation in the same order (lane l of a 16-key block depends on key j0 + l alone; a row's sums run over its own
  * keys in order), so the same bits. R rows x C chunks of 16 dimensions in registers. */
 #define RMAX 6
+/* The weighted sum of values for rows r < R (row r's weights s[r * ls + j] over its keys j < Lr[r], key j at slot j
+ * < prefix or extras[j - prefix]), every output dimension in registers at once (R x C vectors of 16, C = hd / 16),
+ * keys in order: each lane's sum is the one-chunk-at-a-time loop's, in the same order, so the same bits, with R * C
+ * independent chains. Constant R and C keep the sums in registers. */
 static inline __attribute__((always_inline)) void pv_rows_fixed(const int R, const int C, const float *s, int64_t ls,
                                                                 const int64_t *Lr, int64_t Lmin, int64_t Lmax,
-                                                                const uint16_t *vc, float *o) {
+                                                                const uint16_t *vc, int64_t prefix,
+                                                                const int64_t *extras, float *o) {
     __m512 acc[R * C];
 #pragma GCC unroll 32
     for (int a = 0; a < R * C; a++) acc[a] = _mm512_setzero_ps();
     for (int64_t j = 0; j < Lmax; j++) {
-        const uint16_t *v = vc + j * (16 * C);
+        const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (16 * C);
         const int all = j < Lmin;
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
@@ -193,9 +170,14 @@ static inline __attribute__((always_inline)) void pv_rows_fixed(const int R, con
         for (int c = 0; c < C; c++) _mm512_storeu_ps(o + (r * C + c) * 16, acc[r * C + c]);
 }
 
+/* pv_rows_fixed for the shapes it is built for (1-6 rows at head_dim 64, 1-3 at 128); 0 for others. */
 static int pv_rows(int R, int64_t chunks, const float *s, int64_t ls, const int64_t *Lr, int64_t Lmin, int64_t Lmax,
-                   const uint16_t *vc, float *o) {
-#define PVR_CASE(N, C) if (R == N && chunks == C) { pv_rows_fixed(N, C, s, ls, Lr, Lmin, Lmax, vc, o); return 1; }
+                   const uint16_t *vc, int64_t prefix, const int64_t *extras, float *o) {
+#define PVR_CASE(N, C)                                                                    \
+    if (R == N && chunks == C) {                                                          \
+        pv_rows_fixed(N, C, s, ls, Lr, Lmin, Lmax, vc, prefix, extras, o);                \
+        return 1;                                                                         \
+    }
     PVR_CASE(1, 4) PVR_CASE(2, 4) PVR_CASE(3, 4) PVR_CASE(4, 4) PVR_CASE(5, 4) PVR_CASE(6, 4)
     PVR_CASE(1, 8) PVR_CASE(2, 8) PVR_CASE(3, 8)
 #undef PVR_CASE
@@ -216,7 +198,7 @@ static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const 
     float *restrict o = s + R * Lmax; /* (R, hd) */
     scores(qr, Lr, R, kc, hd, Lmax, NULL, Lmax, scale, s, Lmax);
     for (int r = 0; r < R; r++) softmax_row(s + r * Lmax, Lr[r]);
-    pv_rows(R, hd / 16, s, Lmax, Lr, Lmin, Lmax, vc, o);
+    pv_rows(R, hd / 16, s, Lmax, Lr, Lmin, Lmax, vc, Lmax, NULL, o);
     for (int r = 0; r < R; r++)
         for (int64_t i = 0; i < hd; i++) outr[r][i] = to_bf(o[r * hd + i]);
 }
@@ -243,7 +225,9 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
     }
     for (int64_t i = 0; i < g; i++) softmax_row(s + i * L, L);
 #ifdef FAST_SCORES
-    if (pv_all(g, hd / 16, s, vc, prefix, extras, L, o)) {
+    int64_t Lr[RMAX];
+    for (int64_t i = 0; i < g && i < RMAX; i++) Lr[i] = L;
+    if (g <= RMAX && pv_rows((int)g, hd / 16, s, L, Lr, L, L, vc, prefix, extras, o)) {
         /* done: every dimension at once */
     } else if (g <= 16) {
         /* 16 output dimensions at a time, the g heads' sums in registers, keys in order */
