@@ -457,15 +457,55 @@ def test_a_free_continuation_is_cut_where_verify_costs_step_up_unless_it_nearly_
     assert ctl.free_length(5) == 3  # 5 would take 6 positions: a second tile for 2 more tokens does not pay
 
 
-def test_warm_up_teaches_k_auto_nothing_and_changes_no_output():
-    """Engine.warm_up (the app runs it after a load) pays first-call costs with fixed-k steps only: k=auto then
-    starts from scratch (its first step drafts k_init) and decodes the same tokens as on an engine never warmed."""
+def test_a_lesson_steps_through_its_schedule_then_decodes_plainly_and_says_when_it_is_done():
+    import threading
+
+    from specdesk.core.adaptive import Lesson
+
+    ctl, done = AdaptiveK(), threading.Event()
+    ctl.observe(2, 2, 2, 0.002, 0.01)  # acceptance from before the lesson is forgotten
+    lesson = Lesson(ctl, (0, 1, 3), done)
+    assert all(a.w == 0 for table in ctl.acc_by_state for a in table)
+    ks = []
+    for _ in range(3):
+        ks.append(lesson.plan(50, True, (7, 8))[0])
+        assert not done.is_set()
+        lesson.observe(ks[-1], ks[-1], 0, 0.001 * ks[-1], 0.01, 50)
+    assert ks == [0, 1, 3] and lesson.done and done.is_set()
+    assert lesson.plan(60)[0] == 0  # past the schedule: plain
+
+
+def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_output():
+    """Engine.warm_up (the app runs it after a load) pays first-call costs, then a lesson (adaptive.Lesson: plain
+    steps and k = 1 .. 4) teaches what passes over 1 .. 5 positions and a drafted token cost. Each greedy k=auto
+    controller made after it starts from those costs (its first step is the model's choice, not k_init), from a copy
+    (later replies do not change the lesson), with none of the lesson's acceptance; sampled ones (whose passes
+    sample too) and prompt lookup (whose drafting costs microseconds) learn their own drafting. The tokens are the
+    same as on an engine never warmed."""
     import specdesk
+    from specdesk.core.settings import GenerationSettings
 
     cold, warm = (specdesk.load("demo-target", "demo-draft", device="cpu") for _ in range(2))
     warm.warm_up()
+    taught = warm._costs
+    assert all(taught.verify[m].seen for m in range(1, 6)) and taught.draft_cost is not None
     assert warm._adaptive == {}
+    v1, d = taught.verify[1].at(40), taught.draft_cost
+    before = [(line.w, line.sy) for line in taught.verify + [taught.draft]]
     a = cold.generate(PROMPTS[0], max_new_tokens=24, k="auto")
     b = warm.generate(PROMPTS[0], max_new_tokens=24, k="auto")
     assert a.token_ids == b.token_ids
-    assert a.steps[0].k == b.steps[0].k == AdaptiveK().k_init
+    assert a.steps[0].k == AdaptiveK().k_init
+    assert warm._adaptive[("model", "greedy")].draft.w > taught.draft.w  # it went on learning ...
+    assert [(line.w, line.sy) for line in taught.verify + [taught.draft]] == before  # ... on its own copy
+    untaught, fresh = AdaptiveK(), AdaptiveK()
+    fresh.learn_costs_from(taught)
+    assert untaught.choose(20) == untaught.k_init and not untaught.speculating
+    fresh.choose(20)
+    assert fresh.speculating or fresh.plain_streak == 1  # its first step is the cost model's choice
+    new = warm._controller(GenerationSettings(k="auto"), "model+lookup")
+    assert new.verify[2].at(40) == taught.verify[2].at(40) and new.draft_cost == d
+    assert all(x.w == 0 for table in new.acc_by_state for x in table)
+    assert warm._controller(GenerationSettings(k="auto", temperature=0.7), "model").draft_cost is None
+    ngram = warm._controller(GenerationSettings(k="auto"), "ngram")
+    assert ngram.draft_cost is None and ngram.verify[1].at(40) == v1

@@ -39,7 +39,10 @@ def run(args: argparse.Namespace) -> int:
         raise BadSetting(f"--port must be 0..65535, got {args.port}")
     if not is_loopback(args.host) and not args.api_key:
         raise BadSetting(f"listening on {args.host} (not this machine only) needs --api-key")
-    engine = load_engine(args, progress=lambda m: print(f"specdesk serve: {m}", file=sys.stderr, flush=True))
+    say = lambda m: print(f"specdesk serve: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    engine = load_engine(args, progress=say)
+    say("warming up")
+    engine.warm_up()  # the first request then runs as the ones after it (and k=auto knows this machine's costs)
     server = SpecdeskServer(EngineHost(engine), address=args.host, port=args.port, api_key=args.api_key,
                             served_model_name=args.served_model_name, log_file=args.log)
     stop = threading.Event()

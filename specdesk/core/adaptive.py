@@ -57,7 +57,9 @@ much slower than plain decoding.
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
@@ -473,6 +475,13 @@ class AdaptiveK:
         self._judge(self.acc, drafted, accepted)
         self.state = 1 if accepted == drafted else 0
 
+    def learn_costs_from(self, other: "AdaptiveK", draft: bool = True) -> None:
+        """Start from ``other``'s cost model (what a :class:`Lesson` taught it): what passes cost on this machine,
+        and with ``draft`` what a drafted token costs; nothing of its acceptance, which belonged to its text."""
+        self.verify = copy.deepcopy(other.verify)
+        if draft:
+            self.draft = copy.deepcopy(other.draft)
+
     def reset_acceptance(self, keep: float = 0.25) -> None:
         """A new prompt: keep the cost model (a property of the machine) and the draft's calibration, mostly
         forget acceptance and what the text's repetition was worth."""
@@ -485,3 +494,44 @@ class AdaptiveK:
         # a new prompt's first passes run slow too (4.8, 4.7, 4.2 ms where the reply settles at 2.8 on q4 SmolLM2,
         # drafted or not: the prefill and whatever ran between replies had the cache): not plain decoding's cost
         self._since_draft = 0
+
+
+class Lesson:
+    """A fixed k per step from ``schedule`` (0: plain decoding; plain after its end), each step observed by ``ctl``:
+    Engine.warm_up runs one so that k=auto knows what a pass over 1, 2, 3 ... positions and a drafted token cost on
+    this machine before the first reply. Untaught, a fresh controller drafts k_init tokens, then decodes plainly to
+    learn plain decoding's cost, then decides: the app's first replies after a load ran 0.96x of plain decoding
+    where a controller that knew the costs ran 1.03x (q4 SmolLM2 with its draft, 64-token chat replies, 2-core
+    Xeon). What it learns of acceptance is dropped (:meth:`AdaptiveK.learn_costs_from` copies costs only): the
+    warm-up's text is nobody's."""
+
+    reads_hints = False
+
+    def __init__(self, ctl: AdaptiveK, schedule: Sequence[int], finished: threading.Event | None = None) -> None:
+        self.ctl = ctl
+        self.k_max = ctl.k_max
+        self.schedule = list(schedule)
+        self.steps = 0
+        self.finished = finished  # set once the schedule's last step is observed (the decode loop's cancel)
+        ctl.reset_acceptance(0.0)  # and its first plain passes (a new prompt's, slow) are not plain decoding's cost
+
+    @property
+    def done(self) -> bool:
+        return self.steps >= len(self.schedule)
+
+    def plan(self, context_len: int = 0, confidence: bool = False, hint: Sequence[int] = ()) -> tuple[int, None]:
+        k = self.schedule[self.steps] if self.steps < len(self.schedule) else 0
+        self.steps += 1
+        return k, None
+
+    def observe(self, *args, **kwargs) -> None:
+        self.ctl.observe(*args, **kwargs)
+        self._ended()
+
+    def observe_verify(self, *args, **kwargs) -> None:
+        self.ctl.observe_verify(*args, **kwargs)
+        self._ended()
+
+    def _ended(self) -> None:
+        if self.done and self.finished is not None:
+            self.finished.set()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
-from specdesk.core.adaptive import AdaptiveK
+from specdesk.core.adaptive import AdaptiveK, Lesson
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
 from specdesk.core.distill.draft import FC, is_eagle
@@ -44,6 +44,7 @@ class Engine:
         self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
         self._adaptive: dict[tuple[str, str], AdaptiveK] = {}
+        self._costs: AdaptiveK | None = None  # what warm_up's lesson taught: each new greedy k=auto starts from it
         if draft is not None:
             if draft.device != target.device:
                 raise BadSetting(f"target on {target.device} but draft on {draft.device}: use one device")
@@ -81,14 +82,29 @@ class Engine:
     def available_drafters(self) -> tuple[str, ...]:
         return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
 
+    # warm_up's lesson for k=auto: plain steps (the first few after a prefill run slow and are not learnt), then
+    # k = 1 .. 4 (each k's first step pays the draft's catch-up and is not learnt either): ~30 passes
+    LESSON = (0,) * 10 + (1,) * 6 + (2,) * 6 + (3,) * 4 + (4,) * 4
+
     def warm_up(self, tokens: int = 8) -> None:
         """A few throwaway steps, plain and with the draft model (k = 4) when there is one: first calls pay one-off
         costs (the allocator, a kernel's first use at each size), which made the app's first reply after a load
-        slower than the plain comparison run after it. Fixed k: the k=auto controllers learn nothing here."""
+        slower than the plain comparison run after it. Then, with a draft model, a lesson for k=auto (greedy): a
+        short reply decoded plainly and at k = 1 .. 4, whose pass and draft costs every greedy k=auto controller
+        starts from (see adaptive.Lesson); none of its acceptance."""
         ids = self.encode("Hello. Hello. Hello. Hello.")[:16]
         self.generate(ids, drafter="none", max_new_tokens=tokens)
-        if self._model_drafter is not None:
-            self.generate(ids, drafter="model", k=4, max_new_tokens=tokens)
+        if self._model_drafter is None:
+            return
+        self.generate(ids, drafter="model", k=4, max_new_tokens=tokens)
+        teacher = AdaptiveK()
+        prompt, _ = self.prompt_ids("Write a few paragraphs about the sea.")
+        done = threading.Event()
+        self.generate(prompt, drafter="model", controller=Lesson(teacher, self.LESSON, done), cancel=done,
+                      max_new_tokens=4 * len(self.LESSON))
+        self._costs = teacher
+        self._adaptive.clear()  # controllers made before (none, in the app) start again from the lesson
+        self.release_buffers()  # a first chat prompt would keep the lesson's system prompt: "5 kept" of what?
 
     def _drafter(self, name: str) -> Drafter:
         if name == HYBRID:
@@ -204,6 +220,8 @@ class Engine:
             ctl = self._adaptive.get(key)
             if ctl is None:
                 ctl = self._adaptive[key] = AdaptiveK()
+                if self._costs is not None and mode == "greedy":  # the lesson's passes are greedy ones
+                    ctl.learn_costs_from(self._costs, draft=drafter in MODEL_DRAFTERS)
             else:
                 ctl.reset_acceptance()
             return ctl
