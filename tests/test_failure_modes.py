@@ -43,6 +43,22 @@ def test_break_even_comes_from_the_measured_costs():
     assert not v.slowing and v.predicted_speedup == pytest.approx(36 / 26.4)
 
 
+def test_a_step_whose_draft_caught_up_teaches_no_costs():
+    """A reply's first drafted step reads the prompt into the draft (StepEvent.setup_s): its 50 ms are not what
+    drafting costs, and a new reply's first plain passes (slow after the prefill) not what plain decoding costs."""
+    m = PayoffMonitor()
+    m.begin("none")
+    for i in range(9):
+        m.observe(0, 0, 0.0, 3 * PLAIN if i < 3 else PLAIN, 100)
+    m.begin("model")
+    m.observe(4, 0, 0.050, 2 * VERIFY5, 100, setup_s=0.045)
+    for a in [0, 1, 0, 0, 2, 0, 0, 1, 0, 0, 2]:
+        m.observe(4, a, 4 * DRAFT, VERIFY5, 100)
+    v = m.verdict()
+    assert (v.draft_ms, v.verify_ms, v.plain_ms) == pytest.approx((2.0, 14.0, 10.0))
+    assert v.steps == 12 and v.accepted == 6  # its acceptance still counts
+
+
 def test_no_verdict_before_enough_drafting_and_none_without_a_drafter():
     m = _monitor()
     _reply(m, [0] * 11)
@@ -92,11 +108,16 @@ def test_the_monitor_reads_a_real_engine(tiny_engine):
     """Real steps of a real (random, so rarely accepted) pair: the verdict's break-even is the closed form
     (k c_draft + verify(k+1) - verify(1)) / (k verify(1)) of the cost model it learnt."""
     m = PayoffMonitor()
+    setups = []
     for drafter, k in (("none", 4), ("model", 4)):
         m.begin(drafter)
         for ev in tiny_engine.stream("def f(x):\n    return", max_new_tokens=40, k=k, drafter=drafter):
             if isinstance(ev, StepEvent) and ev.drafted in (0, 4):
-                m.observe(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len)
+                m.observe(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len, ev.setup_s)
+                if ev.drafted:
+                    setups.append((ev.setup_s, ev.draft_s))
+    assert 0 < setups[0][0] < setups[0][1]  # the first drafted step's draft read the prompt first (its lazy start)
+    assert not any(setup for setup, _ in setups[1:])
     v = m.verdict()
     assert v is not None and v.plain_measured
     ctl = m.costs["model"]

@@ -150,7 +150,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         texts.append(drafted_text + target_text)
         yield StepEvent(index=step, token_ids=tuple(emitted), drafted=m, accepted=n, k=k,
                         draft_s=tb - ta, verify_s=tc - tb, step_s=end - ta, elapsed_s=end - start,
-                        context_len=len(ids), drafted_text=drafted_text, target_text=target_text)
+                        context_len=len(ids), drafted_text=drafted_text, target_text=target_text,
+                        setup_s=proposal.setup_s)
         step += 1
 
     # the caches hold the first positions of ids: a next prompt that starts with them (a chat's next turn) skips them

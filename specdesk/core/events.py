@@ -33,6 +33,7 @@ class StepEvent:
     context_len: int
     drafted_text: str = ""
     target_text: str = ""
+    setup_s: float = 0.0  # of draft_s: the draft catching up (its lazy start's prompt, tokens decoded while it sat out)
 
     @property
     def text(self) -> str:

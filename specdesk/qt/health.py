@@ -148,8 +148,9 @@ class HealthBanners(QWidget):
         """Compare with plain decoding: its steps teach the cost of plain decoding."""
         self.payoff.begin("none")
 
-    def step(self, drafted: int, accepted: int, draft_s: float, verify_s: float, context_len: int) -> None:
-        self.payoff.observe(drafted, accepted, draft_s, verify_s, context_len)
+    def step(self, drafted: int, accepted: int, draft_s: float, verify_s: float, context_len: int,
+             setup_s: float = 0.0) -> None:
+        self.payoff.observe(drafted, accepted, draft_s, verify_s, context_len, setup_s)
         self._steps += 1
         if self._steps % JUDGE_EVERY == 0:
             self.judge()

@@ -461,7 +461,7 @@ class MainWindow(QMainWindow):
         if req is None or tag != req.tag:
             return
         if isinstance(ev, StepEvent):
-            self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len)
+            self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len, ev.setup_s)
         if req.purpose == "compare":
             if isinstance(ev, StepEvent) and self._baseline is not None:
                 self._baseline.add_step(ev)
