@@ -220,21 +220,37 @@ def test_completion_mode_continues_the_document(window, qtbot):
 
 
 def test_compare_with_plain_decoding_shows_both_speeds(window, qtbot):
+    """A short reply (24 tokens: well under a second) is compared on runs pooled side by side (core/speedpool.py):
+    plain, the reply again, plain ... alternating, every run in the session log; the ratio is pooled tokens over
+    pooled decode seconds on each side, the reply itself the first speculative run."""
+    from specdesk.qt.export import generation_summary
+
     done, _, _ = send(window, qtbot)
     assert window.compare_button.isEnabled()
+    before = len(read_log(window.log_path).generations)
     with qtbot.waitSignal(window.compare_done, timeout=WAIT_MS) as blocker:
         window.compare()
     plain = blocker.args[0]
     assert plain.stats.drafted == 0 and plain.stats.target_forwards == plain.stats.new_tokens
     assert tuple(plain.token_ids) == tuple(done.token_ids)  # greedy: exactly the same output
+    runs = [generation_summary(g) for g in read_log(window.log_path).generations[before:]]
+    n = len(runs) // 2
+    assert [r["drafter"] for r in runs] == ["none", "model"] * n
+    assert 2 <= n <= 8  # pooled: the reply's 24 tokens take milliseconds
+    assert all(r["new_tokens"] == done.stats.new_tokens for r in runs)
+    spec = [(r["new_tokens"], r["seconds"]) for r in runs[1::2]]  # runs of the reply again, not the reply
+    plain_runs = [(r["new_tokens"], r["seconds"]) for r in runs[::2]]
+    spec_tps = sum(t for t, _ in spec) / sum(s for _, s in spec)
+    plain_tps = sum(t for t, _ in plain_runs) / sum(s for _, s in plain_runs)
     f = window.chat.turns[window.chat.last_reply_index()].footer
-    assert f.plain_tokens_per_second == plain.stats.tokens_per_second and f.identical_to_plain is True
-    ratio = done.stats.tokens_per_second / plain.stats.tokens_per_second
-    assert f"{ratio:.2f}× vs plain" in window.chat.toPlainText()
+    assert f.plain_tokens_per_second == pytest.approx(plain_tps) and f.identical_to_plain is True
+    assert f.compare_runs == n and f.compared_tokens_per_second == pytest.approx(spec_tps)
+    ratio = spec_tps / plain_tps
+    assert f"{ratio:.2f}× vs plain ({spec_tps:.1f} against {plain_tps:.1f} tok/s, {n} runs each, same output)" \
+        in window.chat.toPlainText()
     assert window.cards.speedup.value.text() == f"{ratio:.2f}×"
     assert "Plain decoding:" in window.chat.turns[-1].text
-    assert len(window.plots.tps_plain.getData()[0]) == plain.stats.target_forwards
-    assert read_log(window.log_path).generations[-1].info["drafter"] == "none"
+    assert len(window.plots.tps_plain.getData()[0]) == plain_runs[0][0]  # the plot: the first plain run's steps
 
 
 def test_stop_ends_the_reply_early_and_the_log_stays_whole(window, qtbot):

@@ -39,11 +39,15 @@ class Footer:
     prompt_tokens: int = 0
     kept_tokens: int = 0  # of the prompt's, kept from the last reply's cache (a chat's earlier turns): not read again
     prefill_seconds: float | None = None
+    # a short reply's comparison (core/speedpool.py): the reply run again, pooled over compare_runs runs
+    compared_tokens_per_second: float | None = None
+    compare_runs: int = 1
 
     @property
     def speedup(self) -> float | None:
-        if self.plain_tokens_per_second and self.tokens_per_second:
-            return self.tokens_per_second / self.plain_tokens_per_second
+        spec = self.compared_tokens_per_second or self.tokens_per_second
+        if self.plain_tokens_per_second and spec:
+            return spec / self.plain_tokens_per_second
         return None
 
     def text(self) -> str:
@@ -54,7 +58,12 @@ class Footer:
             parts.append(f"{self.mean_accepted_length:.2f} tokens/step")
         if self.speedup is not None:
             same = {True: ", same output", False: ", output differs", None: ""}[self.identical_to_plain]
-            parts.append(f"{self.speedup:.2f}× vs plain ({self.plain_tokens_per_second:.1f} tok/s{same})")
+            plain, n = self.plain_tokens_per_second, self.compare_runs
+            if self.compared_tokens_per_second:  # the reply run again: its own figure is not the one compared
+                parts.append(f"{self.speedup:.2f}× vs plain ({self.compared_tokens_per_second:.1f} against "
+                             f"{plain:.1f} tok/s, {n} run{'s' if n > 1 else ''} each{same})")
+            else:
+                parts.append(f"{self.speedup:.2f}× vs plain ({plain:.1f} tok/s{same})")
         parts.append(f"{self.drafter}")
         if self.prefill_seconds is not None and self.prompt_tokens:
             kept = f", {self.kept_tokens} kept" if self.kept_tokens else ""

@@ -22,6 +22,7 @@ from specdesk.core import userdirs
 from specdesk.core.errors import SpecdeskError
 from specdesk.core.events import DoneEvent, PrefillEvent, StepEvent
 from specdesk.core.kernels import OWN as OWN_KERNELS
+from specdesk.core.speedpool import SpeedPool
 from specdesk.qt import theme
 from specdesk.qt.cards import MetricCards
 from specdesk.qt.chat import ChatView, Footer, Span, WordBuffer
@@ -79,6 +80,9 @@ class MainWindow(QMainWindow):
         self._document = ""  # completion mode: everything so far, prompt and replies
         self._last_reply: tuple[GenerateRequest, DoneEvent, int] | None = None  # request, done, chat turn index
         self._baseline: StepSeries | None = None
+        self._pool: SpeedPool | None = None  # a comparison's runs so far
+        self._same: bool | None = None  # every plain run of it gave the reply's tokens (greedy; None: sampled)
+        self._plain_done: DoneEvent | None = None  # its last plain run
         self._progress: QProgressDialog | None = None
         self._t0 = time.monotonic()
         self._closing = False
@@ -417,6 +421,19 @@ class MainWindow(QMainWindow):
             if self._last_reply is None:
                 self.chat.add_notice("Send a prompt first; Compare runs it again with plain decoding.")
             return
+        _, done, _ = self._last_reply
+        self._pool = SpeedPool(done.stats.new_tokens, done.stats.decode_seconds)
+        self._same = True
+        self._cancel = threading.Event()
+        self._baseline = StepSeries()
+        self.plots.set_baseline(self._baseline)
+        self.health.plain_started()
+        self.cards.show_speedup(None, note="measuring plain decoding…")
+        self._set_state("comparing")
+        self._compare_run("plain")
+
+    def _compare_run(self, kind: str) -> None:
+        """The comparison's next run: "plain" decoding, or "spec" (the reply again, its settings and seed)."""
         req, done, _ = self._last_reply
         self._tag += 1
         settings = req.settings
@@ -424,15 +441,10 @@ class MainWindow(QMainWindow):
             from dataclasses import replace
 
             settings = replace(settings, seed=done.seed)
-        plain = GenerateRequest(self._tag, "compare", settings, "none", prompt=req.prompt, messages=req.messages)
-        self._active = plain
-        self._cancel = threading.Event()
-        self._baseline = StepSeries()
-        self.plots.set_baseline(self._baseline)
-        self.health.plain_started()
-        self.cards.show_speedup(None, note="measuring plain decoding…")
-        self._set_state("comparing")
-        self._generate.emit(plain, self._cancel)
+        purpose, drafter = ("compare", "none") if kind == "plain" else ("respec", req.drafter)
+        self._active = GenerateRequest(self._tag, purpose, settings, drafter, prompt=req.prompt,
+                                       messages=req.messages)
+        self._generate.emit(self._active, self._cancel)
 
     def stop(self) -> None:
         if self.state in ("generating", "comparing"):
@@ -453,21 +465,23 @@ class MainWindow(QMainWindow):
 
     def _on_started(self, tag: int, prompt_tokens: int) -> None:
         if self._active is not None and tag == self._active.tag:
-            what = "measuring plain decoding" if self._active.purpose == "compare" else "generating"
+            what = {"compare": "measuring plain decoding", "respec": "running the reply again, to compare"}.get(
+                self._active.purpose, "generating")
             self.state_label.setText(f"engine: {what} ({prompt_tokens} prompt tokens)")
 
     def _on_event(self, tag: int, ev) -> None:
         req = self._active
         if req is None or tag != req.tag:
             return
-        if isinstance(ev, StepEvent):
+        if isinstance(ev, StepEvent) and req.purpose != "respec":
             self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len, ev.setup_s)
-        if req.purpose == "compare":
-            if isinstance(ev, StepEvent) and self._baseline is not None:
+        if req.purpose in ("compare", "respec"):
+            first_plain = req.purpose == "compare" and self._pool.plain_runs == 0
+            if isinstance(ev, StepEvent) and self._baseline is not None and first_plain:  # the plot: its first run
                 self._baseline.add_step(ev)
                 self.plots.set_baseline(self._baseline)
             elif isinstance(ev, DoneEvent):
-                self._finish_compare(ev)
+                self._compare_run_done(req, ev)
             return
         if isinstance(ev, StepEvent):
             self._unshown += self._buffer.push(ev.drafted_text, True) + self._buffer.push(ev.target_text, False)
@@ -519,6 +533,28 @@ class MainWindow(QMainWindow):
         self._set_state("idle")
         self.reply_done.emit(done)
 
+    def _compare_run_done(self, run: GenerateRequest, ev: DoneEvent) -> None:
+        """One run of a comparison ended: pool it (core/speedpool.py), then the next run or the verdict."""
+        if self._last_reply is None or ev.stop_reason == "cancelled":
+            self._finish_compare(ev)
+            return
+        req, done, _ = self._last_reply
+        plain = run.purpose == "compare"
+        if plain:
+            self._plain_done = ev
+            if req.settings.temperature == 0:
+                self._same = self._same and tuple(ev.token_ids) == tuple(done.token_ids)
+            else:
+                self._same = None
+        self._pool.add(plain, ev.stats.new_tokens, ev.stats.decode_seconds)
+        nxt = self._pool.next_run()
+        if nxt is None:
+            self._finish_compare(self._plain_done)
+            return
+        rnd = self._pool.plain_runs + (nxt == "plain")
+        self.cards.show_speedup(None, note=f"measuring side by side, run {rnd} of up to {self._pool.max_runs}…")
+        self._compare_run(nxt)
+
     def _finish_compare(self, plain: DoneEvent) -> None:
         self._active = None
         self.plots.refresh()
@@ -531,18 +567,22 @@ class MainWindow(QMainWindow):
             self.chat.add_notice("Comparison stopped before plain decoding finished.")
             self.compare_done.emit(plain)
             return
-        spec_tps, plain_tps = done.stats.tokens_per_second, plain.stats.tokens_per_second
-        same = (tuple(plain.token_ids) == tuple(done.token_ids)) if req.settings.temperature == 0 else None
+        pool, same = self._pool, self._same
+        spec_tps, plain_tps, ratio = pool.spec_tps, pool.plain_tps, pool.speedup
+        runs = pool.plain_runs
         if turn is not None and turn < len(self.chat.turns) and self.chat.turns[turn].footer is not None:
             old = self.chat.turns[turn].footer
             from dataclasses import replace
 
-            self.chat.set_footer(turn, replace(old, plain_tokens_per_second=plain_tps, identical_to_plain=same))
-        ratio = spec_tps / plain_tps if spec_tps and plain_tps else None
+            self.chat.set_footer(turn, replace(old, plain_tokens_per_second=plain_tps, identical_to_plain=same,
+                                               compared_tokens_per_second=spec_tps if pool.pooled else None,
+                                               compare_runs=runs))
         self.cards.show_speedup(ratio, plain_tps)
+        each = (f" · the reply run again: {runs} run{'s' if runs > 1 else ''} each, alternating, pooled"
+                if pool.pooled else "")
         msg = (f"Plain decoding: {plain_tps or 0:.1f} tok/s ({plain.stats.new_tokens} tokens, "
                f"{plain.stats.target_forwards} target passes) · speculative ({_drafter_label(req)}): "
-               f"{spec_tps or 0:.1f} tok/s · " + (f"speed-up {ratio:.2f}×" if ratio else "speed-up n/a"))
+               f"{spec_tps or 0:.1f} tok/s · " + (f"speed-up {ratio:.2f}×" if ratio else "speed-up n/a") + each)
         if same is not None:
             msg += " · output identical ✓" if same else " · output differs (expected only with sampling)"
         self.chat.add_notice(msg)
