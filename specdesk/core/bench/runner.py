@@ -252,7 +252,10 @@ def run_suite(engine, prompts: list[Prompt], methods: list[Method], temperatures
     say = progress or (lambda msg: None)
     engine.reuse_cache = False  # every method reads its whole prompt (a kept cache would spare all but the first)
     encoded = {p.name + p.category: prompt_ids(engine, p) for p in prompts}
-    # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded.
+    # Warm-up (first calls pay one-off costs: allocator, kernels, lazy imports); not recorded. Engine.warm_up first,
+    # as the app and the server run it after a load: its lesson gives k=auto this machine's costs
+    if hasattr(engine, "warm_up"):
+        engine.warm_up()
     warm = engine.encode(prompts[0].text)[:64]
     for m in methods:
         run_method(engine, m, warm, 0.0, 8, 0)
