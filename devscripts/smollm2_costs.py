@@ -18,6 +18,8 @@
                                                              # one, A/B; a plain pass after a draft forward
     python devscripts/smollm2_costs.py turns [--json OUT]       # a 6-turn chat with the caches kept and read whole
     python devscripts/smollm2_costs.py context                  # passes, decoding and prefills as the context grows
+    python devscripts/smollm2_costs.py first-replies [--json OUT]  # k=auto's first replies: taught by warm_up's
+                                                             # lesson, untaught, and learnt on every prompt, A/B
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
 bundled draft's run kept its own; any run of the same command writes one).
@@ -362,6 +364,43 @@ def context(args) -> None:
     print(json.dumps(out, indent=1))
 
 
+def first_replies(args) -> None:
+    """A k=auto controller's first reply (64 new tokens, greedy) on each of the bench's 8 held-out chat prompts, 5
+    rounds, against plain decoding of the same prompt in the same round: made fresh after warm_up's lesson
+    ("taught"), made fresh with no lesson ("untaught"), and a copy of one that had already run every prompt
+    ("learnt"). Tokens over decode seconds per round, as ratios to plain."""
+    import copy
+
+    from specdesk.core.bench.runner import prompt_ids
+    from specdesk.core.bench.suite import chat_suite
+
+    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine.warm_up()
+    engine.reuse_cache = False
+    prompts = [prompt_ids(engine, p) for p in chat_suite(8)]
+    for ids in prompts:
+        engine.generate(ids, drafter="model", k="auto", max_new_tokens=64)
+    learnt, taught = copy.deepcopy(engine._adaptive), engine._costs
+    names = ("taught", "untaught", "plain", "learnt")
+    out: dict = {"kernels": kernels_status(), "rounds": []}
+    for _ in range(5):
+        tokens, seconds = dict.fromkeys(names, 0), dict.fromkeys(names, 0.0)
+        for ids in prompts:
+            for name in names:
+                engine._costs = None if name == "untaught" else taught
+                engine._adaptive = copy.deepcopy(learnt) if name == "learnt" else {}
+                r = engine.generate(ids, drafter="none" if name == "plain" else "model", k="auto", max_new_tokens=64)
+                tokens[name] += r.stats.new_tokens
+                seconds[name] += r.stats.decode_seconds
+        plain = tokens["plain"] / seconds["plain"]
+        row = {name: round(tokens[name] / seconds[name] / plain, 3) for name in names if name != "plain"}
+        row["plain_tokens_per_s"] = round(plain, 1)
+        out["rounds"].append(row)
+        print(row, flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
 def kernels_status() -> str:
     from specdesk.core import kernels
 
@@ -371,8 +410,8 @@ def kernels_status() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels",
-                                           "one-call", "turns", "context"))
-    ap.add_argument("--json", type=Path, help="turns: write every turn's figures and replies here")
+                                           "one-call", "turns", "context", "first-replies"))
+    ap.add_argument("--json", type=Path, help="turns, first-replies: write the figures here")
     ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
     ap.add_argument("--draft", default=DRAFT)
@@ -381,7 +420,8 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
-     "agree": agree, "kernels": kernels_ab, "one-call": one_call, "turns": turns, "context": context}[args.what](args)
+     "agree": agree, "kernels": kernels_ab, "one-call": one_call, "turns": turns, "context": context,
+     "first-replies": first_replies}[args.what](args)
 
 
 if __name__ == "__main__":
