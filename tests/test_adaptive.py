@@ -418,14 +418,49 @@ def test_the_draft_model_says_when_a_proposal_first_caught_up(tiny_engine):
         def plan(self, context_len=0, confidence=False, hint=()):
             return plan[min(len(self.setups), len(plan) - 1)], None
 
-        def observe(self, k, drafted, accepted, draft_s, verify_s, context_len=0, confidences=(), setup_s=0.0):
+        def observe(self, k, drafted, accepted, draft_s, verify_s, context_len=0, confidences=(), setup_s=0.0,
+                    other_s=0.0):
             self.setups.append(setup_s if drafted else None)
+            self.others.append(other_s)
 
     ctl = Scripted()
+    ctl.others = []
     r = tiny_engine.generate("def fibonacci(n):\n    ", drafter="model", controller=ctl, max_new_tokens=30)
     assert len(ctl.setups) >= len(plan) and r.stats.drafted > 0
     s = ctl.setups
     assert s[0] > 0 and s[1] == 0 and s[2] == 0 and s[3:8] == [None] * 5 and s[8] > 0 and s[9] == 0
+    # the loop's own time between a pass and the next draft: none before the first step, then measured
+    assert ctl.others[0] == 0 and all(o > 0 for o in ctl.others[1:])
+    assert sum(ctl.others) < r.stats.decode_seconds - r.stats.draft_seconds - r.stats.verify_seconds + 1e-9
+
+
+def test_the_loops_own_time_per_step_counts_for_drafting():
+    """Every step costs the loop's own work besides the draft and the pass (``other_s``); a step that emits two
+    tokens pays it once, so it makes drafting worth more against plain decoding: here k=1 predicted 1.03x of plain
+    without it (under PLAIN_MARGIN: plain decoding) and 1.05x with 0.15 ms a step (drafting)."""
+    def taught(other_s):
+        ctl = AdaptiveK()
+        for _ in range(20):
+            ctl.observe(0, 0, 0, 0.0, 2.5e-3, 100, other_s=other_s)
+        for i in range(24):
+            ctl.observe(1, 1, i % 2, 0.45e-3, 3.57e-3, 100, other_s=other_s)
+        for i in range(24):
+            ctl.observe(2, 2, [2, 0, 1, 0][i % 4], 0.9e-3, 4.4e-3, 100, other_s=other_s)
+        for i in range(24):
+            ctl.observe(3, 3, [3, 0, 1, 0][i % 4], 1.35e-3, 5.0e-3, 100, other_s=other_s)
+        ctl.context = 100
+        return ctl
+
+    without, with_loop = taught(0.0), taught(0.15e-3)
+    assert without.step_cost(0) == pytest.approx(2.5e-3) and with_loop.step_cost(0) == pytest.approx(2.65e-3)
+    assert with_loop.step_cost(1) == pytest.approx(without.step_cost(1) + 0.15e-3)
+    assert without.rate(1) * without.step_cost(0) == pytest.approx(1.03, abs=0.005)
+    assert with_loop.rate(1) * with_loop.step_cost(0) == pytest.approx(1.053, abs=0.005)
+    assert without.choose(100) == 0 and with_loop.choose(100) == 1
+    assert with_loop.best_rate == pytest.approx(with_loop.rate(1))  # the argmax prices steps the same way
+    copy = AdaptiveK()
+    copy.learn_costs_from(with_loop)  # warm_up's lesson hands it on
+    assert copy.step_overhead == pytest.approx(0.15e-3)
 
 
 def test_stepped_verify_costs_draft_up_to_the_step_and_not_past_it():

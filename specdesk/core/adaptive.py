@@ -164,6 +164,10 @@ class AdaptiveK:
         # costs belong to the machine and the models (so they are forgotten slowly), and grow with the context
         self.draft = _DecayedLine(half_life * 4, self.COST_SPREAD)  # seconds per drafted token
         self.verify = [_DecayedLine(half_life * 4, self.COST_SPREAD) for _ in range(k_max + 2)]  # per pass, by m
+        # and what every step costs besides: the decode loop's own work (the acceptance rule, detokenizing, the
+        # step's event, this controller) between one pass and the next draft, ~0.05-0.1 ms on a 2-core CPU: 2-4%
+        # of a 2.5 ms plain step, which a step that emits two tokens pays once
+        self.other = _Decayed(half_life * 4)
         self.context = 0  # context length (tokens) at which costs are predicted: the current step's
         # acceptance of a draft token (given the tokens before it passed) by what the text's own repetition
         # says (HINT_*: no hint, agrees with it, departs from it) and, within that, by its draft probability.
@@ -258,13 +262,18 @@ class AdaptiveK:
             e += run
         return e
 
+    @property
+    def step_overhead(self) -> float:
+        """Seconds every step costs besides drafting and the pass (see ``other``); 0 until measured."""
+        return self.other.mean or 0.0
+
     def step_cost(self, k: int) -> float | None:
         """Predicted seconds of a step that drafts k tokens (k = 0: plain decoding), at the current context."""
         v = self.verify_cost(k + 1)
         c = self.draft_cost if k > 0 else 0.0
         if v is None or c is None:
             return None
-        return k * c + v
+        return k * c + v + self.step_overhead
 
     def rate(self, k: int, acc: list[float] | None = None) -> float | None:
         """Predicted tokens per second for drafting k tokens per step."""
@@ -276,6 +285,7 @@ class AdaptiveK:
         acc = self.acceptances(self.k_max)
         c = self.draft_cost
         seen = self._seen()
+        o = self.step_overhead
         best_r, best = None, self.k_init
         e, run = 1.0, 1.0
         for k in range(self.k_max + 1):
@@ -287,7 +297,7 @@ class AdaptiveK:
             v = self.verify_cost(k + 1, seen)
             if v is None:
                 break
-            r = e / (k * c + v) if k > 0 else e / v
+            r = e / (k * c + v + o) if k > 0 else e / (v + o)
             if best_r is None or r >= best_r:  # ties go to the larger k (as max over (rate, k) did)
                 best_r, best = r, k
         self.best_rate = best_r
@@ -296,8 +306,8 @@ class AdaptiveK:
         # of the CPU's cache for a pass or two), so it starts only where it predicts PLAIN_MARGIN over plain
         # decoding, and once drafting goes on while it predicts no loss (STAY_MARGIN)
         margin = self.STAY_MARGIN if self.history and self.history[-1] > 0 else self.PLAIN_MARGIN
-        if best > 0 and plain and best_r < (1.0 + margin) / plain:
-            self.best_rate = 1.0 / plain
+        if best > 0 and plain and best_r < (1.0 + margin) / (plain + o):
+            self.best_rate = 1.0 / (plain + o)
             return 0
         return best
 
@@ -410,9 +420,12 @@ class AdaptiveK:
         self.history.append(k)
         return k
 
-    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None) -> None:
+    def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None,
+                       other_s: float = 0.0) -> None:
         """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
+        if other_s > 0:
+            self.other.add(other_s)
         self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
         self._since_draft += 1  # a lookup step: the draft model did not run
         if accepted is not None:
@@ -433,20 +446,25 @@ class AdaptiveK:
         v = self.verify_costs() if self.verify[1].seen else None
         if v is None or not v[0]:
             return available
-        best, best_rate, e, run, prior = 0, 1.0 / v[0], 1.0, 1.0, 0.8
+        o = self.step_overhead
+        best, best_rate, e, run, prior = 0, 1.0 / (v[0] + o), 1.0, 1.0, 0.8
         for n in range(1, min(available, self.k_max) + 1):
             prior = self.lookup_acc[n].shrunk(prior, self.PSEUDO_TRIALS)
             run *= prior
             e += run
-            if e / v[n] >= best_rate:
-                best, best_rate = n, e / v[n]
+            if e / (v[n] + o) >= best_rate:
+                best, best_rate = n, e / (v[n] + o)
         return best
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
-                context_len: int = 0, confidences: tuple[float, ...] = (), setup_s: float = 0.0) -> None:
+                context_len: int = 0, confidences: tuple[float, ...] = (), setup_s: float = 0.0,
+                other_s: float = 0.0) -> None:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:
         the draft's probability of each drafted token, when the drafter reported them; ``setup_s``: seconds of
-        ``draft_s`` the draft spent catching up on tokens it had not seen (Proposal.setup_s)."""
+        ``draft_s`` the draft spent catching up on tokens it had not seen (Proposal.setup_s); ``other_s``: the decode
+        loop's own seconds between the last pass and this step's draft (0: not measured)."""
+        if other_s > 0:
+            self.other.add(other_s)
         m = min(drafted + 1, len(self.verify) - 1)
         # A step whose draft first caught up (the prompt, or a stretch decoded plainly) costs what drafting costs
         # only once, when it resumes: q4 SmolLM2's draft read 2.4 ms a drafted token in such steps against 0.43 in
@@ -479,6 +497,7 @@ class AdaptiveK:
         """Start from ``other``'s cost model (what a :class:`Lesson` taught it): what passes cost on this machine,
         and with ``draft`` what a drafted token costs; nothing of its acceptance, which belonged to its text."""
         self.verify = copy.deepcopy(other.verify)
+        self.other = copy.deepcopy(other.other)
         if draft:
             self.draft = copy.deepcopy(other.draft)
 

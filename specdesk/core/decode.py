@@ -81,6 +81,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
     step = 0
     start = time.perf_counter()
     end = start
+    passed = None  # when the last step's pass ended: from there to the next draft is the loop's own time
 
     while stop_reason is None:
         if cancel is not None and cancel.is_set():
@@ -116,6 +117,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             chain_kept = n
         sync()
         tc = time.perf_counter()
+        other = ta - passed if passed is not None else 0.0
+        passed = tc
         drafter.commit(len(ids) + chain_kept)  # a kept leaf is not in the draft's cache: it sees it next step
 
         cut = len(emitted)
@@ -141,9 +144,10 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         draft_total += tb - ta
         verify_total += tc - tb
         if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
-            controller.observe_verify(m, tc - tb, context, n)
+            controller.observe_verify(m, tc - tb, context, n, other_s=other)
         else:
-            controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences, proposal.setup_s)
+            controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences, proposal.setup_s,
+                               other_s=other)
         if keep is not None:
             k = m  # drafting by confidence: the step's k is what the draft was let draft
         end = time.perf_counter()
