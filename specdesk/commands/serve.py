@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 
 from specdesk.commands.common import add_model_args, load_engine
+from specdesk.core.gcload import collector_paused
 from specdesk.core.pairing import resolve_drafter
 
 
@@ -40,9 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if not is_loopback(args.host) and not args.api_key:
         raise BadSetting(f"listening on {args.host} (not this machine only) needs --api-key")
     say = lambda m: print(f"specdesk serve: {m}", file=sys.stderr, flush=True)  # noqa: E731
-    engine = load_engine(args, progress=say)
-    say("warming up")
-    engine.warm_up()  # the first request then runs as the ones after it (and k=auto knows this machine's costs)
+    with collector_paused():  # core/gcload.py: a faster load, and later collections skip the model's objects
+        engine = load_engine(args, progress=say)
+        say("warming up")
+        engine.warm_up()  # the first request then runs as the ones after it (and k=auto knows this machine's costs)
     server = SpecdeskServer(EngineHost(engine), address=args.host, port=args.port, api_key=args.api_key,
                             served_model_name=args.served_model_name, log_file=args.log)
     stop = threading.Event()
