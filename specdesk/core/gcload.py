@@ -1,13 +1,16 @@
-"""Loading models without Python's cyclic garbage collector, then freezing what was loaded.
+"""Loading models without Python's cyclic garbage collector, then freezing what was loaded (``specdesk serve``).
 
 A load creates hundreds of thousands of Python objects (transformers' modules, the tokenizer, imports), and the
-collector's full passes over a growing heap ran 8 times during the app's load of SmolLM2 q4 with its draft, the
-last ones ~130-190 ms each: ~0.7 s of a ~5 s load (2-core Intel Xeon). Paused for the load and run once after it
-(~0.2 s), then with what the load made frozen (``gc.freeze``: kept out of every later pass), the engine loaded and
-warmed up in 3.8-4.0 s against 4.2-4.3 s, and later full passes do not walk the model's objects again.
+collector's full passes over the growing heap ran 8 times while SmolLM2 q4 and its draft loaded, the last ones
+~130-190 ms each. Paused for the load and run once after it (~0.2 s), then with what the load made frozen
+(``gc.freeze``: kept out of every later pass), the engine loaded and warmed up in 3.8-4.0 s against 4.2-4.3 s
+(2-core Intel Xeon), and later full passes do not walk the model's objects again.
 
-Frozen objects are never collected: before an engine is dropped, :func:`release_frozen` hands them back to the
-collector, so the reference cycles of a dropped model are freed by the next collection.
+Not in the desktop app: there the collector must not run on the engine's thread over objects the window made.
+Tried there (frozen at load, unfrozen and collected on the engine thread when a pair was dropped), the collection
+reached Qt objects of windows closed meanwhile and the GUI tests deadlocked on loading a second pair.
+
+Frozen objects are never collected: :func:`release_frozen` hands them back to the collector.
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QObject, Signal, Slot
 
 from specdesk.core.errors import OutOfMemory, SpecdeskError
-from specdesk.core.gcload import collector_paused, release_frozen
 from specdesk.core.events import StepEvent
 from specdesk.core.settings import GenerationSettings
 
@@ -138,13 +137,12 @@ class EngineWorker(QObject):
             if hasattr(req, "connect"):  # a remote server (qt/server_tools.RemoteRequest)
                 engine = req.connect(lambda m: say(m))
             else:
-                with collector_paused():  # core/gcload.py: ~0.4 s of a 4 s load was the collector's
-                    engine = specdesk.load(req.target, req.draft, drafter=req.drafter,
-                                           target_quant=req.target_quant, draft_quant=req.draft_quant,
-                                           double_quant=req.double_quant, device=req.device,
-                                           progress=lambda m: say(m[:1].upper() + m[1:] + "…"))
-                    say("Warming up…")
-                    engine.warm_up()  # a fraction of a second: the first reply is then timed as the ones after it
+                engine = specdesk.load(req.target, req.draft, drafter=req.drafter, target_quant=req.target_quant,
+                                       draft_quant=req.draft_quant, double_quant=req.double_quant,
+                                       device=req.device,
+                                       progress=lambda m: say(m[:1].upper() + m[1:] + "…"))
+                say("Warming up…")
+                engine.warm_up()  # a fraction of a second: the first reply is then timed as the ones after it
             if cancel.is_set():
                 raise LoadCancelled
         except LoadCancelled:
@@ -352,9 +350,7 @@ class EngineWorker(QObject):
 
 
 def _return_memory() -> None:
-    """Collect what was dropped (what its load froze included), and hand torch's cached GPU blocks back to the
-    driver."""
-    release_frozen()
+    """Collect what was dropped, and hand torch's cached GPU blocks back to the driver."""
     gc.collect()
     try:
         import torch
