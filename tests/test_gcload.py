@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from specdesk.core.gcload import collector_paused, release_frozen
+from specdesk.core.gcload import collector_paused
 
 
 class _Node:
@@ -13,7 +13,7 @@ class _Node:
 
 
 def test_a_load_pauses_the_collector_then_freezes_and_a_release_lets_cycles_go():
-    release_frozen()
+    gc.unfreeze()
     with collector_paused():
         assert not gc.isenabled()
         kept = _Node()
@@ -28,13 +28,13 @@ def test_a_load_pauses_the_collector_then_freezes_and_a_release_lets_cycles_go()
     del kept
     gc.collect()
     assert kept_ref() is not None  # frozen: the collector does not look at it (a dropped engine would stay)
-    release_frozen()
+    gc.unfreeze()
     gc.collect()
     assert kept_ref() is None and gc.get_freeze_count() == 0
 
 
 def test_a_failed_load_turns_the_collector_back_on_and_freezes_nothing():
-    release_frozen()
+    gc.unfreeze()
     try:
         with collector_paused():
             raise ValueError("bad checkpoint")

@@ -107,10 +107,7 @@ def take_screenshot(args, size: tuple[int, int], logs_dir: Path):
             settle(app)  # as a user's click on Compare would: the finished reply drawn before plain decoding starts
             if not args.no_compare and _start_compare(win):
                 wait(win.compare_done, win.generation_failed, "plain decoding")
-        end = time.monotonic() + 1.2  # a few more memory samples, and the 10 Hz plot timer
-        while time.monotonic() < end:
-            app.processEvents()
-            time.sleep(0.02)
+        settle(app, 1.2)  # a few more memory samples, and the 10 Hz plot timer
         win.plots.refresh()
         bar = win.chat.verticalScrollBar()
         bar.setValue(0 if len(prompts) == 1 else bar.maximum())  # the prompt and the start of the reply, or the last

@@ -10,7 +10,8 @@ Not in the desktop app: there the collector must not run on the engine's thread 
 Tried there (frozen at load, unfrozen and collected on the engine thread when a pair was dropped), the collection
 reached Qt objects of windows closed meanwhile and the GUI tests deadlocked on loading a second pair.
 
-Frozen objects are never collected: :func:`release_frozen` hands them back to the collector.
+Frozen objects are never collected (``gc.unfreeze`` hands them back): fine for a server that keeps its engine
+until it exits.
 """
 
 from __future__ import annotations
@@ -33,7 +34,3 @@ def collector_paused() -> Iterator[None]:
     gc.collect()
     gc.freeze()
 
-
-def release_frozen() -> None:
-    """Let the collector see what earlier loads froze (call before dropping an engine, then collect)."""
-    gc.unfreeze()
