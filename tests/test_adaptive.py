@@ -531,7 +531,9 @@ def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_outp
     b = warm.generate(PROMPTS[0], max_new_tokens=24, k="auto")
     assert a.token_ids == b.token_ids
     assert a.steps[0].k == AdaptiveK().k_init
-    assert warm._adaptive[("model", "greedy")].draft.w > taught.draft.w  # it went on learning ...
+    # it went on learning (on whichever lines its steps touched: on some CPUs the taught costs keep it plain) ...
+    went = warm._adaptive[("model", "greedy")]
+    assert sum(line.w for line in went.verify + [went.draft]) > sum(w for w, _ in before)
     assert [(line.w, line.sy) for line in taught.verify + [taught.draft]] == before  # ... on its own copy
     untaught, fresh = AdaptiveK(), AdaptiveK()
     fresh.learn_costs_from(taught)
