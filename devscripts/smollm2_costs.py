@@ -20,6 +20,8 @@
     python devscripts/smollm2_costs.py context                  # passes, decoding and prefills as the context grows
     python devscripts/smollm2_costs.py first-replies [--json OUT]  # k=auto's first replies: taught by warm_up's
                                                              # lesson, untaught, and learnt on every prompt, A/B
+    python devscripts/smollm2_costs.py controllers              # the k=auto controllers' costs and k, reply by
+                                                             # reply; the draft's forwards within a step
 
 float32 on the CPU, 2 torch threads. ``held-out.pt`` is the held-out shard of a `specdesk distill` work folder (the
 bundled draft's run kept its own; any run of the same command writes one).
@@ -401,6 +403,51 @@ def first_replies(args) -> None:
         args.json.write_text(json.dumps(out, indent=1))
 
 
+def controllers(args) -> None:
+    """The two greedy k=auto controllers (draft, draft+lookup) over the bench's 8 held-out chat prompts, twice, as
+    the bench runs them: after each reply its tokens/s, the controller's cost per drafted token, its pass costs over
+    1-3 positions, its acceptance at positions 1-3, and the k of each step; then the draft's forwards timed one by
+    one within a step (the first after the target's pass, the next ones)."""
+    from specdesk.core import drafters
+    from specdesk.core.bench.runner import prompt_ids
+    from specdesk.core.bench.suite import chat_suite
+
+    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine.warm_up()
+    prompts = [(p.name, prompt_ids(engine, p)) for p in chat_suite(8)]
+    for _ in range(2):
+        for name, ids in prompts:
+            for drafter in ("model", "model+lookup"):
+                r = engine.generate(ids, drafter=drafter, k="auto", max_new_tokens=96)
+                c = engine._adaptive[(drafter, "greedy")]
+                print(f"{drafter:12} {name[:10]:10} {r.stats.tokens_per_second:5.0f} tok/s  draft "
+                      f"{c.draft_cost * 1e3:.2f} ms  pass {[round(c.verify_cost(m) * 1e3, 2) for m in (1, 2, 3)]}  "
+                      f"acceptance {[round(a, 2) for a in c.acceptances(3)]}  k "
+                      + "".join(str(min(s.k, 9)) for s in r.steps)[:60], flush=True)
+    times: dict = {}
+    forward = drafters.ModelDrafter._forward
+
+    def timed(self, tokens, _n=[0]):
+        t0 = time.perf_counter()
+        out = forward(self, tokens)
+        times.setdefault(self._nth, []).append(time.perf_counter() - t0)
+        self._nth += 1
+        return out
+    propose = drafters.ModelDrafter.propose
+
+    def counted(self, *a, **kw):
+        self._nth = 0
+        return propose(self, *a, **kw)
+    drafters.ModelDrafter._forward, drafters.ModelDrafter.propose = timed, counted
+    try:
+        for _, ids in prompts:
+            engine.generate(ids, drafter="model", k=4, max_new_tokens=96)
+    finally:
+        drafters.ModelDrafter._forward, drafters.ModelDrafter.propose = forward, propose
+    print("draft forwards within a k=4 step, median ms:",
+          [round(sorted(v)[len(v) // 2] * 1e3, 3) for _, v in sorted(times.items())])
+
+
 def kernels_status() -> str:
     from specdesk.core import kernels
 
@@ -410,7 +457,7 @@ def kernels_status() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("passes", "trees", "heads", "rows", "same-prompts", "agree", "kernels",
-                                           "one-call", "turns", "context", "first-replies"))
+                                           "one-call", "turns", "context", "first-replies", "controllers"))
     ap.add_argument("--json", type=Path, help="turns, first-replies: write the figures here")
     ap.add_argument("--llamacpp", type=Path, help="agree: a devscripts/llamacpp_compare.py JSON")
     ap.add_argument("--gguf", default=GGUF)
@@ -421,7 +468,7 @@ def main() -> None:
     torch.set_num_threads(2)
     {"passes": passes, "trees": trees, "heads": heads, "rows": rows, "same-prompts": same_prompts,
      "agree": agree, "kernels": kernels_ab, "one-call": one_call, "turns": turns, "context": context,
-     "first-replies": first_replies}[args.what](args)
+     "first-replies": first_replies, "controllers": controllers}[args.what](args)
 
 
 if __name__ == "__main__":
