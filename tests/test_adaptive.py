@@ -434,6 +434,38 @@ def test_the_draft_model_says_when_a_proposal_first_caught_up(tiny_engine):
     assert sum(ctl.others) < r.stats.decode_seconds - r.stats.draft_seconds - r.stats.verify_seconds + 1e-9
 
 
+def test_costs_not_measured_lately_move_with_the_machines_speed():
+    """AdaptiveK.speed: a pass over m positions is learnt only in steps that make one. Here drafting 2 tokens pays
+    (3.6 ms a pass over 3, 0.8 ms a drafted token, plain 3 ms); then another program holds the CPU while k=auto
+    drafts (every cost x3), then the machine is quiet again and k=auto decodes plainly. Without the speed factor the
+    drafted steps' costs stayed at the busy stretch's figures and plain decoding looked better for good; with it,
+    the quiet plain passes bring every cost back down and drafting resumes."""
+    def run(rate):
+        ctl = AdaptiveK()
+        ctl.SPEED_RATE = rate
+        for _ in range(24):
+            ctl.observe(0, 0, 0, 0.0, 3.0e-3, 100)
+        accepted = [2, 0, 1, 2, 2, 1, 0, 2]
+        for i in range(40):
+            ctl.observe(2, 2, accepted[i % 8], 0.8e-3, 3.6e-3, 100)
+        before = ctl.best_k()
+        busy = []
+        for i in range(40):
+            ctl.observe(2, 2, accepted[i % 8], 2.4e-3, 10.8e-3, 100)
+            busy.append(ctl.speed)
+        for _ in range(40):
+            ctl.observe(0, 0, 0, 0.0, 3.0e-3, 100)
+        ctl.history.append(0)  # decoding plainly: resuming must clear PLAIN_MARGIN
+        return before, ctl.best_k(), ctl, busy
+
+    before, after, ctl, busy = run(AdaptiveK.SPEED_RATE)
+    assert before > 0 and after > 0
+    assert busy[-1] > 2.0  # the factor followed the busy stretch (its start also raised the lines a little) ...
+    assert ctl.speed < 1.3 and ctl.verify_cost(3) < 1.5 * 3.6e-3  # ... and came back with the quiet plain passes
+    before, after, ctl, _ = run(0.0)  # a factor held at 1: the costs of the busy stretch stay
+    assert before > 0 and after == 0 and ctl.verify_cost(3) > 2 * 3.6e-3
+
+
 def test_the_loops_own_time_per_step_counts_for_drafting():
     """Every step costs the loop's own work besides the draft and the pass (``other_s``); a step that emits two
     tokens pays it once, so it makes drafting worth more against plain decoding: here k=1 predicted 1.03x of plain

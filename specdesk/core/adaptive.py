@@ -142,6 +142,8 @@ class AdaptiveK:
     REPLAN_PLAIN = 4
     # plain steps this many steps after the draft last ran are plain decoding's cost (see observe)
     PLAIN_SETTLE = 4
+    # how fast the machine's speed factor follows what the steps measure (per learnt step: ~6 steps' memory)
+    SPEED_RATE = 0.15
 
     def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
                  half_life: float = 16.0, probe_k: int = 2, probe_every: int = 32, probe_max: int = 256,
@@ -168,6 +170,14 @@ class AdaptiveK:
         # step's event, this controller) between one pass and the next draft, ~0.05-0.1 ms on a 2-core CPU: 2-4%
         # of a 2.5 ms plain step, which a step that emits two tokens pays once
         self.other = _Decayed(half_life * 4)
+        # The machine's current speed, as a factor on every pass and draft cost (log): costs are learnt divided by it
+        # and predicted times it. A pass over m positions is learnt only in steps that make one, so a stretch when
+        # another program held the CPU left its costs for the sizes not made since at that stretch's figures: after
+        # ~20 s of a busy loop beside q4 SmolLM2 (2-core AMD EPYC), k=auto with prompt lookup drafted every step from
+        # then on against a plain pass it still thought took 19.8 ms (3.2 before), and decoded ~20% slower than
+        # before it. Every learnt step moves the factor (its cost against the one predicted at the current factor),
+        # so the sizes not made move with the ones that are.
+        self.log_speed = 0.0
         self.context = 0  # context length (tokens) at which costs are predicted: the current step's
         # acceptance of a draft token (given the tokens before it passed) by what the text's own repetition
         # says (HINT_*: no hint, agrees with it, departs from it) and, within that, by its draft probability.
@@ -224,11 +234,26 @@ class AdaptiveK:
         """Seconds per drafted token at the current context length."""
         if not self.draft.seen or self.draft.sy <= 0:
             return None
-        return self.draft.at(self.context)
+        return self.draft.at(self.context) * self.speed
+
+    @property
+    def speed(self) -> float:
+        """The machine's current speed factor on pass and draft costs (1.0 where it ran as when they were learnt)."""
+        return math.exp(self.log_speed)
+
+    def _learn(self, line: _DecayedLine, x: float, y: float, weight: float = 1.0, moves: bool = True) -> None:
+        """A measured cost ``y`` at context ``x``: the speed factor moves toward y against the line's prediction
+        (``moves``: passes do; a drafted token's cost, which also depends on how many a step drafts, does not), then
+        the line learns y at speed 1."""
+        if moves and line.seen and y > 0:
+            base = line.at(x)
+            if base > 0:
+                self.log_speed += self.SPEED_RATE * (math.log(y / base) - self.log_speed)
+        line.add(x, y / self.speed, weight)
 
     def _seen(self) -> list[tuple[int, float]]:
-        x = self.context
-        return [(i, v.at(x)) for i, v in enumerate(self.verify) if i >= 1 and v.seen]
+        x, speed = self.context, self.speed
+        return [(i, v.at(x) * speed) for i, v in enumerate(self.verify) if i >= 1 and v.seen]
 
     def verify_cost(self, m: int, seen: list[tuple[int, float]] | None = None) -> float | None:
         """Seconds for a verify pass over m positions: measured, else interpolated / extrapolated."""
@@ -426,7 +451,7 @@ class AdaptiveK:
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         if other_s > 0:
             self.other.add(other_s)
-        self.verify[min(drafted + 1, len(self.verify) - 1)].add(context_len, verify_s)
+        self._learn(self.verify[min(drafted + 1, len(self.verify) - 1)], context_len, verify_s)
         self._since_draft += 1  # a lookup step: the draft model did not run
         if accepted is not None:
             self._judge(self.lookup_acc, drafted, accepted)
@@ -479,11 +504,11 @@ class AdaptiveK:
         # plain steps PLAIN_SETTLE or more steps after the draft last ran (until then k=auto decodes plainly).
         self._since_draft = 0 if drafted > 0 else self._since_draft + 1
         if (drafted > 0 and not cold) or self._since_draft >= self.PLAIN_SETTLE:
-            self.verify[m].add(context_len, verify_s)
+            self._learn(self.verify[m], context_len, verify_s)
         if drafted <= 0:
             return
         if not cold:
-            self.draft.add(context_len, draft_s / drafted, float(drafted))
+            self._learn(self.draft, context_len, draft_s / drafted, float(drafted), moves=False)
         hints = self._hint_states if len(self._hint_states) == len(confidences) else [self.HINT_NONE] * len(confidences)
         for j, p in enumerate(confidences[: accepted + 1]):  # tokens after the first rejection were never judged
             passed = 1.0 if j < accepted else 0.0
@@ -498,6 +523,7 @@ class AdaptiveK:
         and with ``draft`` what a drafted token costs; nothing of its acceptance, which belonged to its text."""
         self.verify = copy.deepcopy(other.verify)
         self.other = copy.deepcopy(other.other)
+        self.log_speed = other.log_speed
         if draft:
             self.draft = copy.deepcopy(other.draft)
 
