@@ -174,9 +174,9 @@ class AdaptiveK:
         # and predicted times it. A pass over m positions is learnt only in steps that make one, so a stretch when
         # another program held the CPU left its costs for the sizes not made since at that stretch's figures: after
         # ~20 s of a busy loop beside q4 SmolLM2 (2-core AMD EPYC), k=auto with prompt lookup drafted every step from
-        # then on against a plain pass it still thought took 19.8 ms (3.2 before), and decoded ~20% slower than
-        # before it. Every learnt step moves the factor (its cost against the one predicted at the current factor),
-        # so the sizes not made move with the ones that are.
+        # then on against a plain pass it still thought took 19.8 ms (3.2 before); drafted sizes priced at such a
+        # stretch's figures, with plain passes quiet again, keep it decoding plainly for good. Every learnt pass moves
+        # the factor (its cost against the one predicted), so the sizes not made move with the ones that are.
         self.log_speed = 0.0
         self.context = 0  # context length (tokens) at which costs are predicted: the current step's
         # acceptance of a draft token (given the tokens before it passed) by what the text's own repetition
