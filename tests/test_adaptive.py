@@ -466,6 +466,27 @@ def test_costs_not_measured_lately_move_with_the_machines_speed():
     assert before > 0 and after == 0 and ctl.verify_cost(3) > 2 * 3.6e-3
 
 
+def test_a_size_priced_above_a_larger_one_takes_the_larger_ones_figure():
+    """Timing noise only adds, and a pass size made seldom keeps what its few steps met: here one slow 3-position
+    pass (7.5 ms) beside 4- and 5-position passes at 5.1 and 5.6 ms. The 3-position cost is 5.1 ms for every use
+    (verify_costs, best_k, step_cost), where raising the larger sizes to it priced every draft of 2-4 tokens as
+    dear and (demo pair, editing) kept k=auto drafting one token a step."""
+    ctl = AdaptiveK()
+    for _ in range(20):
+        ctl.observe(0, 0, 0, 0.0, 4.0e-3, 100)
+    for i in range(30):
+        ctl.observe(3, 3, [3, 2, 3, 1][i % 4], 1.5e-3, 5.1e-3, 100)
+    for i in range(10):
+        ctl.observe(4, 4, [4, 3, 4, 2][i % 4], 2.0e-3, 5.6e-3, 100)
+    ctl.observe(2, 2, 2, 1.0e-3, 7.5e-3, 100)
+    assert ctl.verify_cost(3) == pytest.approx(7.5e-3)  # the raw line keeps its one slow sample ...
+    v = ctl.verify_costs()
+    assert v[2] == pytest.approx(5.1e-3) and v[3] == pytest.approx(5.1e-3) and v[4] == pytest.approx(5.6e-3)
+    assert ctl.step_cost(2) == pytest.approx(2 * ctl.draft_cost + 5.1e-3 + ctl.step_overhead)  # ... no use does
+    assert all(a <= b for a, b in zip(v, v[1:])) and v[0] == pytest.approx(4.0e-3)
+    assert ctl.best_k() >= 2
+
+
 def test_the_loops_own_time_per_step_counts_for_drafting():
     """Every step costs the loop's own work besides the draft and the pass (``other_s``); a step that emits two
     tokens pays it once, so it makes drafting worth more against plain decoding: here k=1 predicted 1.03x of plain
