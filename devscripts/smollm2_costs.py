@@ -427,7 +427,7 @@ def controllers(args) -> None:
     times: dict = {}
     forward = drafters.ModelDrafter._forward
 
-    def timed(self, tokens, _n=[0]):
+    def timed(self, tokens):
         t0 = time.perf_counter()
         out = forward(self, tokens)
         times.setdefault(self._nth, []).append(time.perf_counter() - t0)

@@ -386,10 +386,10 @@ class AdaptiveK:
     def _monotone(self, seen: list[tuple[int, float]]) -> list[float] | None:
         """verify(1) .. verify(k_max + 1) from the sizes ``seen``, made never to fall with m (more positions never
         cost less) from above: a size priced above a larger size takes the larger's figure. Timing noise only ever
-        adds (another program, the collector, a page fault), so of two sizes that disagree
-        the lower is the better supported, and a size made seldom keeps whatever its few steps met: on the demo
-        pair a 3-position pass stayed priced at 7.4-8.4 ms beside 5.1-5.9 for 4-5 positions, and k=auto, which
-        raised the larger sizes to it, drafted one token a step at 0.79 of k=3's speed. None: nothing measured."""
+        adds (another program, the collector, a page fault), so of two sizes that disagree the lower is the better
+        supported, and a size made seldom keeps whatever its few steps met: on the demo pair a 3-position pass
+        stayed priced at 7.4-8.4 ms beside 5.1-5.9 for 4-5 positions, and k=auto, which raised the larger sizes to
+        it, drafted one token a step at 0.79 of k=3's speed. None: nothing measured."""
         if not seen:
             return None
         out = [self.verify_cost(m, seen) for m in range(1, self.k_max + 2)]
