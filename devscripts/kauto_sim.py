@@ -94,7 +94,8 @@ def _verify_table(costs: dict) -> list[float]:
     return out
 
 
-def replay(traces: list, costs: dict, make, rng: random.Random, noise: float) -> tuple[float, int, int]:
+def replay(traces: list, costs: dict, make, rng: random.Random, noise: float,
+           first_extra: float = 0.0) -> tuple[float, int, int]:
     """Total seconds, target passes and tokens of decoding every trace with the controller ``make()`` gives
     (None: plain) or a fixed k (an int)."""
     v = _verify_table(costs)
@@ -122,7 +123,8 @@ def replay(traces: list, costs: dict, make, rng: random.Random, noise: float) ->
                         break
             n = min(m, s["kept"])
             jit = math.exp(rng.gauss(0.0, noise))
-            draft_s = m * c * jit
+            # a step's first drafted token costs first_extra more (its weights were pushed out of the cache)
+            draft_s = (m * c + (first_extra if m else 0.0)) * jit
             verify_s = v[m] * math.exp(rng.gauss(0.0, noise))
             if ctl is not None:
                 ctl.observe(k, m, n, draft_s, verify_s, ctx, tuple(s["p"][:m]) if keep is not None else ())
@@ -142,11 +144,13 @@ def simulate(args) -> None:
     if args.draft_ms:
         costs = {**costs, "draft": args.draft_ms / 1e3}
     fixed = [0, 1, 2, 3, 4, 6, 8]
+    seq = traces * args.repeats  # the prompts in order, as many times as a bench's repeats
+    first = args.first_ms / 1e3
     rows = {}
     for seed in range(args.seeds):
         for k in fixed:
-            rows.setdefault(f"k={k}", []).append(replay(traces, costs, k, random.Random(seed), args.noise)[0])
-        rows.setdefault("auto", []).append(replay(traces, costs, AdaptiveK, random.Random(seed), args.noise)[0])
+            rows.setdefault(f"k={k}", []).append(replay(seq, costs, k, random.Random(seed), args.noise, first)[0])
+        rows.setdefault("auto", []).append(replay(seq, costs, AdaptiveK, random.Random(seed), args.noise, first)[0])
     mean = {name: statistics.fmean(ts) for name, ts in rows.items()}
     best = min((mean[f"k={k}"], k) for k in fixed)
     print(json.dumps({"verify_ms": [round(x * 1e3, 1) for x in _verify_table(costs)],
@@ -169,6 +173,9 @@ def main() -> None:
     s.add_argument("--noise", type=float, default=0.05)
     s.add_argument("--verify-ms", default="", help="e.g. 12.5,15.5,17,18.5,28,28,28,28,39")
     s.add_argument("--draft-ms", type=float, default=0.0)
+    s.add_argument("--first-ms", type=float, default=0.0,
+                   help="what a step's first drafted token costs more than the next ones (its weights out of the cache)")
+    s.add_argument("--repeats", type=int, default=1, help="replay the prompts this many times in turn, one controller")
     args = ap.parse_args()
     torch.set_num_threads(2)
     record(args) if args.what == "record" else simulate(args)

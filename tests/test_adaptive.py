@@ -599,3 +599,38 @@ def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_outp
     assert warm._controller(GenerationSettings(k="auto", temperature=0.7), "model").draft_cost is None
     ngram = warm._controller(GenerationSettings(k="auto"), "ngram")
     assert ngram.draft_cost is None and ngram.verify[1].at(40) == v1
+
+
+def _reply(ctl: AdaptiveK, rng: random.Random, alpha: float, steps: int) -> list[int]:
+    """One reply's steps at per-token acceptance ``alpha``, with q4 SmolLM2's costs on a 2-core AMD EPYC (a plain
+    pass 3.7 ms, 4.2 for 2 positions, 4.5 for 3, +0.6 a position after; 0.4 ms a drafted token): k per step."""
+    ctl.reset_acceptance()
+    ks = []
+    for step in range(steps):
+        k = ctl.choose(100 + step)
+        n = 0
+        while n < k and rng.random() < alpha:
+            n += 1
+        verify = (3.7, 4.2, 4.5)[k] if k < 3 else 4.5 + 0.6 * (k - 2)
+        ctl.observe(k, k, n, 0.0004 * k, verify / 1000, 100 + step)
+        ks.append(k)
+    return ks
+
+
+def test_a_new_reply_starts_from_the_drafts_acceptance_over_many_replies_not_the_last_ones():
+    """A reply the draft does poorly on (a rewriting task) says little about the next prompt. Kept at a quarter of
+    its weight, such a reply kept the next replies plain in a chat bench (q4 SmolLM2, AMD EPYC: three replies where
+    k=2 ran 1.4-2.0x of plain), probes then coming every 32-256 plain steps. A new reply starts from the draft's
+    acceptance over many replies, and its probes from the shortest interval."""
+    rng = random.Random(11)
+    ctl = AdaptiveK()
+    for _ in range(8):
+        ks = _reply(ctl, rng, 0.6, 60)
+    assert sum(k > 0 for k in ks[-30:]) >= 25  # at 0.6 the draft pays: k=auto drafts
+    poor = _reply(ctl, rng, 0.1, 300)
+    assert poor[-40:].count(0) >= 35  # at 0.1 it does not: plain but for a probe
+    assert ctl.probe_every > ctl.probe_min  # long plain stretches probe ever more seldom
+    nxt = _reply(ctl, rng, 0.6, 30)
+    assert nxt[0] > 0  # the next prompt is drafted for at once
+    assert sum(k > 0 for k in nxt) >= 25
+    assert ctl.probe_every == ctl.probe_min

@@ -144,6 +144,11 @@ class AdaptiveK:
     PLAIN_SETTLE = 4
     # how fast the machine's speed factor follows what the steps measure (per learnt step: ~6 steps' memory)
     SPEED_RATE = 0.15
+    # a new reply starts from the draft's acceptance over many replies, worth this many judged steps (see
+    # reset_acceptance), and its own steps take over from there
+    NEW_REPLY_TRIALS = 4.0
+    # judged steps' memory of that acceptance over many replies, in half-lives of the per-reply one
+    LONG_RUN = 16
 
     def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
                  half_life: float = 16.0, probe_k: int = 2, probe_every: int = 32, probe_max: int = 256,
@@ -162,6 +167,8 @@ class AdaptiveK:
         # per-position acceptance, decayed successes / judged, kept apart by the previous step's outcome:
         # state 1 after a step that kept every draft token (an easy stretch tends to go on), else state 0
         self.acc_by_state = [[_Decayed(half_life) for _ in range(k_max + 1)] for _ in range(2)]
+        # the same, forgotten slowly: the draft's acceptance over many replies, what a new reply starts from
+        self.acc_long = [[_Decayed(half_life * self.LONG_RUN) for _ in range(k_max + 1)] for _ in range(2)]
         self.state = 0
         # costs belong to the machine and the models (so they are forgotten slowly), and grow with the context
         self.draft = _DecayedLine(half_life * 4, self.COST_SPREAD)  # seconds per drafted token
@@ -525,6 +532,7 @@ class AdaptiveK:
             self.by_hint[hints[j]].add(passed)
             self.confidence_judged.add(passed)
         self._judge(self.acc, drafted, accepted)
+        self._judge(self.acc_long[self.state], drafted, accepted)
         self.state = 1 if accepted == drafted else 0
 
     def learn_costs_from(self, other: "AdaptiveK", draft: bool = True) -> None:
@@ -538,13 +546,28 @@ class AdaptiveK:
 
     def reset_acceptance(self, keep: float = 0.25) -> None:
         """A new prompt: keep the cost model (a property of the machine) and the draft's calibration, mostly
-        forget acceptance and what the text's repetition was worth."""
+        forget what the text's repetition was worth, and start the acceptance a_j over from the draft's acceptance
+        over many replies (worth NEW_REPLY_TRIALS judged steps), with the probes' interval at its shortest.
+
+        Not from the last reply's: a reply's acceptance says little about the next prompt's. Kept at a quarter
+        of its weight, a poor reply (a rewriting task the draft loses on) kept the next ones plain: in a chat bench
+        on q4 SmolLM2 (2-core AMD EPYC) k=auto decoded three replies plainly after one, where k=2 ran 1.4-2.0x of
+        plain on them, and probes then came every 32-256 plain steps, too late for a 96-token reply. ``keep`` 0 forgets
+        every acceptance (a Lesson's text is nobody's)."""
         text = [self.by_hint[h] for h in (self.HINT_AGREE, self.HINT_DEPART)]
         text += self.by_confidence[self.HINT_AGREE] + self.by_confidence[self.HINT_DEPART]
-        for a in [a for table in self.acc_by_state for a in table] + text + self.lookup_acc:
+        for a in text + self.lookup_acc:
             a.w *= keep
             a.s *= keep
+        if keep <= 0:
+            self.acc_long = [[_Decayed(self.half_life * self.LONG_RUN) for _ in t] for t in self.acc_long]
+        for table, long in zip(self.acc_by_state, self.acc_long):
+            for a, b in zip(table, long):
+                f = min(1.0, self.NEW_REPLY_TRIALS / b.w) if b.w > 1e-9 else 0.0
+                a.w, a.s = b.w * f, b.s * f
         self.state = 0
+        self.plain_streak = 0
+        self.probe_every = self.probe_min
         # a new prompt's first passes run slow too (4.8, 4.7, 4.2 ms where the reply settles at 2.8 on q4 SmolLM2,
         # drafted or not: the prefill and whatever ran between replies had the cache): not plain decoding's cost
         self._since_draft = 0
