@@ -266,8 +266,12 @@ def test_argmax_is_torchs_first_largest_value(march):
     x[1, 100] = x[1, 9000] = x[1, 49158] = 50.0  # a tie: the first one counts
     x[2, -1] = 60.0  # in the tail after the last whole 16
     x[3] = -1.0  # all equal: index 0
+    x[0, 32] = x[0, 17] = 70.0  # a tie across lanes: the later lane's index comes first
     assert torch.equal(kernels.argmax(x), x.argmax(dim=-1))
-    assert kernels.argmax(x).tolist()[1:] == [100, 49158, 0]
+    assert kernels.argmax(x).tolist() == [17, 100, 49158, 0]
+    short = torch.tensor([[1.0, 3.0, 3.0, -2.0]]).bfloat16()  # fewer logits than a vector's lanes
+    assert kernels.argmax(short).tolist() == [1]
+    assert kernels.argmax(torch.full((2, 40), float("-inf")).bfloat16()).tolist() == [0, 0]
     assert torch.equal(kernels.argmax(x[0]), x[0].argmax())  # one row, a 0-d index, as the drafter asks
     assert torch.equal(kernels.argmax(x.float()), x.float().argmax(dim=-1))  # other dtypes: torch's
 

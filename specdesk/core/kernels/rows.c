@@ -6,6 +6,10 @@
  * LeanDecoder._norm computes, its sum in another order. */
 #include "scalars.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #define LANES 16
 
 void sd_rmsnorm(const uint16_t *x, int64_t n, int64_t h, const uint16_t *w, float eps, uint16_t *out) {
@@ -59,12 +63,41 @@ void sd_silu_mul(const uint16_t *gu, int64_t n, int64_t inter, uint16_t *out) {
     }
 }
 
-/* Greedy decoding's choice: per row of x (n, v) bfloat16, the index of the first largest value (torch.argmax's rule),
- * in two vectorized passes; torch's argmax over bfloat16 takes ~180 us for SmolLM2's 49,152 logits, this ~10 us. */
+/* Greedy decoding's choice: per row of x (n, v) bfloat16, the index of the first largest value (torch.argmax's rule).
+ * torch's argmax over bfloat16 takes ~180 us for SmolLM2's 49,152 logits. With AVX-512, one pass: each lane keeps its
+ * largest value and where it first saw it (only a strictly larger value moves it); the first largest is then the
+ * smallest such index among the lanes that hold the row's largest, and the tail after the last whole 16 moves it
+ * only where strictly larger. Called from Python on a 2-core AMD EPYC: one row 14 us, a k=2 verify's 3 rows 24, where
+ * the two passes below (the AVX2 path) took 35 and 104: their search for the first index is scalar. Else two
+ * passes: the largest value, then the first index that holds it. NaNs are passed over (logits are never NaN). */
 void sd_argmax_bf16(const uint16_t *x, int64_t n, int64_t v, int64_t *out) {
     const int64_t full = v / LANES * LANES;
     for (int64_t r = 0; r < n; r++) {
         const uint16_t *row = x + r * v;
+#if defined(__AVX512F__)
+        __m512 top = _mm512_set1_ps(-INFINITY);
+        __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), where = idx;
+        const __m512i sixteen = _mm512_set1_epi32(16);
+        for (int64_t j0 = 0; j0 < full; j0 += 16) {
+            const __m512 f = _mm512_castsi512_ps(
+                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + j0))), 16));
+            const __mmask16 up = _mm512_cmp_ps_mask(f, top, _CMP_GT_OQ);
+            top = _mm512_mask_mov_ps(top, up, f);
+            where = _mm512_mask_mov_epi32(where, up, idx);
+            idx = _mm512_add_epi32(idx, sixteen);
+        }
+        float tops[16];
+        int32_t wheres[16];
+        _mm512_storeu_ps(tops, top);
+        _mm512_storeu_si512((void *)wheres, where);
+        float m = -INFINITY;
+        int64_t at = 0;
+        for (int l = 0; l < 16 && l < full; l++)
+            if (l == 0 || tops[l] > m || (tops[l] == m && wheres[l] < at)) m = tops[l], at = wheres[l];
+        for (int64_t j = full; j < v; j++)
+            if (bf(row[j]) > m || (full == 0 && j == 0)) m = bf(row[j]), at = j;
+        out[r] = at;
+#else
         float top[LANES];
         for (int l = 0; l < LANES; l++) top[l] = -INFINITY;
         for (int64_t j0 = 0; j0 < full; j0 += LANES)
@@ -77,6 +110,7 @@ void sd_argmax_bf16(const uint16_t *x, int64_t n, int64_t v, int64_t *out) {
         for (int l = 0; l < LANES; l++) m = top[l] > m ? top[l] : m;
         int64_t at = 0;
         while (at < v && !(bf(row[at]) == m)) at++;
-        out[r] = at < v ? at : 0; /* every value NaN: torch would name a NaN; 0 here (logits are never NaN) */
+        out[r] = at < v ? at : 0; /* every value NaN: torch would name a NaN; 0 here */
+#endif
     }
 }
