@@ -276,6 +276,73 @@ def test_argmax_is_torchs_first_largest_value(march):
     assert torch.equal(kernels.argmax(x.float()), x.float().argmax(dim=-1))  # other dtypes: torch's
 
 
+def test_sampling_softmax_is_torchs_to_float32_rounding(march):
+    """Temperature alone (no top-k, top-p) on a q4 model's bfloat16 logits goes through rows.c: softmax(x / t)."""
+    from specdesk.core.sampling import SamplingConfig, process_logits
+
+    g = torch.Generator().manual_seed(13)
+    x = (torch.randn(3, 49152 + 5, generator=g) * 4).bfloat16()
+    x[1, 7] = float("-inf")  # a masked logit has no mass
+    for t in (0.7, 1.0, 1.6):
+        got = kernels.softmax(x, t)
+        ref = (x.float() / t).softmax(dim=-1)
+        assert got.dtype == torch.float32 and got.shape == x.shape
+        assert torch.allclose(got, ref, rtol=2e-5, atol=1e-12)
+        assert torch.allclose(got.sum(-1), torch.ones(3), atol=1e-5)
+        assert got[1, 7] == 0
+        assert torch.equal(process_logits(x, SamplingConfig(temperature=t)), got)  # the path sampling takes
+    assert kernels.softmax(x[0], 0.7).shape == (49152 + 5,)  # one row, as a drafter asks
+    top_k = process_logits(x, SamplingConfig(temperature=0.7, top_k=5))  # top-k: torch's form, 5 tokens left
+    assert ((top_k > 0).sum(-1) == 5).all()
+
+
+def test_sampling_draws_by_the_cumulative_mass_as_torchs_form(march):
+    """sd_sample_f32: the first token whose cumulative mass exceeds u * total, never a token without mass; the
+    same token as torch's cumsum and searchsorted for the same u but where the two sums round apart."""
+    g = torch.Generator().manual_seed(14)
+    p = torch.rand(49152 + 3, generator=g) ** 4
+    p[torch.rand(p.shape, generator=g) < 0.3] = 0.0  # tokens without mass (a reduced head, a residual)
+    p[-3:] = 0.0
+    u = torch.rand(4000, generator=g)
+    got = kernels.sample_rows(p.expand(4000, -1), u)
+    cum = p.double().cumsum(0)
+    want = torch.searchsorted(cum, u.double() * cum[-1], right=True)
+    assert (p[got] > 0).all()
+    assert (got == want).float().mean() > 0.99
+    # where they part, u * total lies within float32 rounding of the sums (1e-6 of the total) of the token drawn
+    target = u.double() * cum[-1]
+    lo, hi = cum[got] - p[got].double(), cum[got]
+    off = torch.maximum(lo - target, target - hi).clamp_min(0)
+    assert (off <= 1e-6 * cum[-1]).all()
+    # the law: u on a fine grid draws each token as often as its share of the mass
+    few = torch.tensor([0.0, 0.5, 0.0, 1.5, 2.0, 0.0], dtype=torch.float32)
+    grid = (torch.arange(20000, dtype=torch.float64) + 0.5) / 20000
+    counts = torch.bincount(kernels.sample_rows(few.expand(20000, -1), grid), minlength=6)
+    assert counts.tolist() == [0, 2500, 0, 7500, 10000, 0]
+    assert kernels.sample_rows(few[None], torch.tensor([0.999999])).item() == 4  # the top end: the last with mass
+
+
+def test_the_residual_of_a_reduced_heads_draft_is_the_wide_forms(march):
+    """normalize(max(0, p_target - p_draft)) with the draft's probabilities over its head's tokens only: rows.c's
+    one call against the wide form in torch, and p_target itself where the two distributions are equal."""
+    from specdesk.core.acceptance import residual_distribution
+
+    g = torch.Generator().manual_seed(15)
+    v, ids = 49152 + 9, torch.randperm(49152 + 9, generator=g)[:8192]
+    pt = torch.rand(v, generator=g) ** 3
+    pt /= pt.sum()
+    pd = torch.rand(8192, generator=g) ** 3
+    pd /= pd.sum()
+    wide = torch.zeros(v).index_copy_(0, ids, pd)
+    want = (pt - wide).clamp_min(0)
+    want /= want.sum()
+    got = kernels.residual(pt, pd, ids)
+    assert torch.allclose(got, want, rtol=1e-5, atol=0) and (got[want == 0] == 0).all()
+    assert torch.equal(residual_distribution(pt, pd, ids), got)  # the path verify_sampled takes
+    same = torch.zeros(v).index_copy_(0, ids, pd)  # a draft equal to the target: nothing left, the target's own
+    assert torch.equal(kernels.residual(same, pd, ids), same)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: q/k/v with biases
 def test_the_layers_in_one_call_give_the_bits_of_the_calls_one_by_one(models_dir, arch, march):
     """layers.c runs a pass's layers (the one-position steps, verify passes and trees that attend position by

@@ -42,15 +42,17 @@ class FixedDraws:
         return torch.tensor([self.pick])
 
 
-def verify_law(p_target: torch.Tensor, p_draft: torch.Tensor | None, tokens: torch.Tensor) -> dict:
-    """{emitted tokens: probability} of one verify_sampled call, exactly."""
+def verify_law(p_target: torch.Tensor, p_draft: torch.Tensor | None, tokens: torch.Tensor,
+               draft_ids: torch.Tensor | None = None, draft_pos: torch.Tensor | None = None) -> dict:
+    """{emitted tokens: probability} of one verify_sampled call, exactly (``draft_ids``, ``draft_pos``: p_draft over a
+    reduced head's tokens, passed on)."""
     k = tokens.shape[0]
     law: dict[tuple, float] = defaultdict(float)
     if k == 0:
         branches = [(torch.zeros(0, dtype=torch.float64), 1.0)]
     else:
         pd = p_draft if p_draft is not None else one_hot(tokens, p_target.shape[-1]).double()
-        a = accept_probability(p_target[:k], pd, tokens).tolist()
+        a = accept_probability(p_target[:k], pd, tokens, draft_pos).tolist()
         cuts = sorted({0.0, 1.0, *a})
         intervals = [((lo + hi) / 2, hi - lo) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
         branches = []
@@ -63,7 +65,8 @@ def verify_law(p_target: torch.Tensor, p_draft: torch.Tensor | None, tokens: tor
     for u, weight in branches:
         for pick in range(p_target.shape[-1]):
             draws = FixedDraws(u, pick)
-            n, emitted = verify_sampled(p_target, p_draft, tokens, None, draws=draws)
+            n, emitted = verify_sampled(p_target, p_draft, tokens, None, draws=draws, draft_ids=draft_ids,
+                                        draft_pos=draft_pos)
             mass = weight * float(draws.dist[pick])
             if mass > 0:
                 law[tuple(emitted)] += mass
@@ -154,3 +157,28 @@ def test_the_enumeration_has_teeth():
     assert 0 < honest.get((1, 2, 0), 0) + honest.get((1, 2, 1), 0) < 1  # some mass on full acceptance, not all
     n, _ = verify_sampled(p_target, p_draft, torch.tensor(d), None, draws=FixedDraws(torch.zeros(2, dtype=torch.float64), 0))
     assert n == 2  # u = 0 accepts everything the draft could propose: a biased rule the law test rejects
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_reduced_heads_probabilities_passed_as_they_are_give_the_same_law(k):
+    """A draft whose head holds some tokens only (0 elsewhere) passes its (k, H) probabilities with each token's
+    column instead of widening them to the vocabulary: verify_sampled's law is the widened one's, outcome for
+    outcome, and the target's."""
+    head = torch.tensor([3, 0, 1])  # the head's token ids, in the head's own order
+    cfg = CONFIGS[0]
+    target, draft = make_world(seed=60 + k, cfg=cfg, depth=k)
+    for prefix, p in draft.items():
+        q = torch.zeros(V, dtype=torch.float64)
+        q[head] = p[head]
+        draft[prefix] = q / q.sum()
+    checked = 0
+    for d in itertools.product(head.tolist(), repeat=k):
+        p_target = torch.stack([target[d[:j]] for j in range(k + 1)])
+        wide = torch.stack([draft[d[:j]] for j in range(k)])  # (k, V)
+        pos = torch.tensor([head.tolist().index(t) for t in d])
+        law_wide = verify_law(p_target, wide, torch.tensor(d))
+        law_reduced = verify_law(p_target, wide[:, head], torch.tensor(d), draft_ids=head, draft_pos=pos)
+        assert law_wide.keys() == law_reduced.keys()
+        assert max(abs(law_wide[e] - law_reduced[e]) for e in law_wide) < 1e-15
+        checked += 1
+    assert checked == 3 ** k

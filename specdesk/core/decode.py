@@ -112,7 +112,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
                 n, emitted = verify_greedy(kernels.argmax(logits), proposal.tokens)
             else:
                 n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
-                                            generator)
+                                            generator, draft_ids=proposal.prob_ids, draft_pos=proposal.prob_pos)
             target.rollback(m - n)
             chain_kept = n
         sync()

@@ -37,6 +37,10 @@ class Proposal:
     # while it sat out (k=auto's plain steps, prompt lookup's). A one-off when drafting resumes, not a cost per
     # drafted token (k=auto leaves such steps out of its costs)
     setup_s: float = 0.0
+    # a reduced head's probs: (m, H) over the tokens prob_ids (H,) (probability 0 for every other), prob_pos (m,)
+    # each proposed token's column (acceptance.verify_sampled)
+    prob_ids: torch.Tensor | None = None
+    prob_pos: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
@@ -185,7 +189,7 @@ class ModelDrafter(Drafter):
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
         self.setup_s = 0.0
         logits = self._first(ids)
-        tokens, probs, confidences, leaves = [], [], [], []
+        tokens, probs, confidences, leaves, cols = [], [], [], [], []
         widths = widths if sampling.greedy else ()
         for i in range(k):
             if i < len(widths) and widths[i] > 1:
@@ -205,6 +209,7 @@ class ModelDrafter(Drafter):
                 probs.append(p)
                 q = p[tok[0]]
             if self.head_ids is not None:
+                cols.append(tok)
                 tok = self.head_ids[tok]  # head position -> token id
             tokens.append(tok)
             if keep is not None:
@@ -218,9 +223,8 @@ class ModelDrafter(Drafter):
         if sampling.greedy:
             return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]), setup_s=self.setup_s)
         p = torch.stack(probs)  # (m, vocab)
-        if self.head_ids is not None:
-            full = torch.zeros(p.shape[0], self.target_vocab, dtype=p.dtype, device=p.device)
-            return Proposal(out, full.index_copy_(1, self.head_ids, p), conf, setup_s=self.setup_s)
+        if self.head_ids is not None:  # (m, H) over the head's tokens: verify_sampled reads them where they are
+            return Proposal(out, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=torch.cat(cols))
         if self.target_vocab > self.vocab:
             p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
         return Proposal(out, p, conf, setup_s=self.setup_s)

@@ -110,6 +110,13 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_silu_mul.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
     lib.sd_argmax_bf16.restype = None
     lib.sd_argmax_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.sd_softmax_bf16.restype = None
+    lib.sd_softmax_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
+    lib.sd_sample_f32.restype = ctypes.c_int64
+    lib.sd_sample_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+    lib.sd_residual_f32.restype = None
+    lib.sd_residual_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_void_p]
     lib.sd_rmsnorm.restype = None
     lib.sd_rmsnorm.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                ctypes.c_void_p]
@@ -176,4 +183,50 @@ def argmax(logits):
     rows = logits.contiguous()
     out = torch.empty(rows.shape[:-1], dtype=torch.int64)
     lib.sd_argmax_bf16(rows.data_ptr(), out.numel(), rows.shape[-1], out.data_ptr())
+    return out
+
+
+def softmax(logits, temperature: float):
+    """softmax(logits / temperature) in float32 through rows.c for bfloat16 logits on a CPU where the kernels build,
+    (..., V) -> (..., V); None elsewhere (the caller's torch form)."""
+    import torch
+
+    lib = library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    if lib is None or logits.numel() == 0:
+        return None
+    rows = logits.contiguous()
+    out = torch.empty(rows.shape, dtype=torch.float32)
+    lib.sd_softmax_bf16(rows.data_ptr(), rows.numel() // rows.shape[-1], rows.shape[-1], 1.0 / temperature,
+                        out.data_ptr())
+    return out
+
+
+def sample_rows(probs, u):
+    """One index per row of ``probs`` (N, V) float32 by the inverse of the cumulative mass at ``u`` (N,) in [0, 1)
+    through rows.c on a CPU where the kernels build, as an (N,) int64 tensor; None elsewhere."""
+    import torch
+
+    lib = library() if probs.dtype == torch.float32 and probs.device.type == "cpu" else None
+    if lib is None:
+        return None
+    rows = probs.contiguous()
+    v = rows.shape[-1]
+    out = [lib.sd_sample_f32(rows.data_ptr() + i * v * 4, v, float(x)) for i, x in enumerate(u.tolist())]
+    if min(out, default=0) < 0:
+        return None  # out of memory for the block sums: torch's form
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def residual(p_target, p_draft, ids):
+    """normalize(max(0, p_target - p_draft)) with p_draft (H,) the draft's probabilities of tokens ``ids`` (H,), 0
+    elsewhere, through rows.c for float32 on a CPU where the kernels build; None elsewhere."""
+    import torch
+
+    ok = p_target.dtype == p_draft.dtype == torch.float32 and p_target.device.type == "cpu" and p_target.dim() == 1
+    lib = library() if ok else None
+    if lib is None:
+        return None
+    pt, pd, ix = p_target.contiguous(), p_draft.contiguous(), ids.to(torch.int64).contiguous()
+    out = torch.empty_like(pt)
+    lib.sd_residual_f32(pt.data_ptr(), pt.numel(), pd.data_ptr(), ix.data_ptr(), ix.numel(), out.data_ptr())
     return out
