@@ -222,7 +222,7 @@ class ModelDrafter(Drafter):
         conf = tuple(confidences)
         if sampling.greedy:
             return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]), setup_s=self.setup_s)
-        p = torch.stack(probs)  # (m, vocab)
+        p = torch.stack(probs)  # (m, vocab), or (m, H) over a reduced head's tokens
         if self.head_ids is not None:  # (m, H) over the head's tokens: verify_sampled reads them where they are
             return Proposal(out, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=torch.cat(cols))
         if self.target_vocab > self.vocab:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 
 from specdesk.core import kernels
-
 from specdesk.core.errors import BadSetting
 
 
