@@ -1,7 +1,8 @@
 """specdesk's own CPU kernels, built on first use with this machine's C compiler: q4 and q8 products (q4gemm.c),
 the lean decoder's position-by-position attention in bfloat16 (attention.c) and its row-wise steps (RMSNorm,
-rotary embedding with the KV cache write, SwiGLU's product, greedy's argmax) in one call each (rows.c), and all of
-a pass's layers in one call (layers.c: the same kernels in the same order as the decoder's Python loop).
+rotary embedding with the KV cache write, SwiGLU's product, greedy's argmax, and sampling's softmax, draw and residual)
+in one call each (rows.c), and all of a pass's layers in one call (layers.c: the same kernels in the same order as the
+decoder's Python loop).
 
 Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
 position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
