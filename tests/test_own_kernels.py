@@ -320,6 +320,10 @@ def test_sampling_draws_by_the_cumulative_mass_as_torchs_form(march):
     counts = torch.bincount(kernels.sample_rows(few.expand(20000, -1), grid), minlength=6)
     assert counts.tolist() == [0, 2500, 0, 7500, 10000, 0]
     assert kernels.sample_rows(few[None], torch.tensor([0.999999])).item() == 4  # the top end: the last with mass
+    big = torch.zeros(262144 + 5)  # a vocabulary past the block sums kept on the stack (Gemma 3's 262k)
+    big[[3, 200000, 262146]] = torch.tensor([1.0, 2.0, 1.0])
+    assert kernels.sample_rows(big.expand(4, -1), torch.tensor([0.1, 0.3, 0.6, 0.9])).tolist() == [3, 200000, 200000,
+                                                                                                  262146]
 
 
 def test_the_residual_of_a_reduced_heads_draft_is_the_wide_forms(march):
