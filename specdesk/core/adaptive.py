@@ -200,6 +200,7 @@ class AdaptiveK:
         self._hint: tuple[int, ...] = ()  # this step's lookup continuation
         self._hint_states: list[int] = []  # HINT_* of each token drafted this step
         self.best_rate: float | None = None  # predicted tokens/s of the k best_k picked last
+        self._best_inputs: tuple[list[float], list[float] | None] = ([], None)  # best_k's a_j and verify costs
         self._survive = 1.0  # this step's S_j while drafting by confidence
         self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
         # verify(1 ..), mean acceptance of the calibration)
@@ -320,6 +321,7 @@ class AdaptiveK:
         seen = self._seen()
         o = self.step_overhead
         costs = self._monotone(seen)
+        self._best_inputs = (acc, costs)  # plan() drafts by them this step (nothing is learnt in between)
         best_r, best = None, self.k_init
         e, run = 1.0, 1.0
         for k in range(self.k_max + 1 if costs is not None else 0):
@@ -380,8 +382,9 @@ class AdaptiveK:
         self._hint_states = []
         if not confidence or not self.speculating:
             return k, None
-        acc = self.acceptances(self.k_max)
-        self._step = (self.best_rate, self.draft_cost, acc, self.verify_costs(), self.calibration_mean(acc[0]))
+        acc, costs = self._best_inputs  # speculating: choose() priced this step with best_k (~25 us not spent twice)
+        v = costs or [0.0] * (self.k_max + 1)
+        self._step = (self.best_rate, self.draft_cost, acc, v, self.calibration_mean(acc[0]))
         self._survive = 1.0
         return self.k_max, self.keep_drafting
 
