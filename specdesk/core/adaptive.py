@@ -166,9 +166,9 @@ class AdaptiveK:
         self.half_life = half_life
         # per-position acceptance, decayed successes / judged, kept apart by the previous step's outcome:
         # state 1 after a step that kept every draft token (an easy stretch tends to go on), else state 0
-        self.acc_by_state = [[_Decayed(half_life) for _ in range(k_max + 1)] for _ in range(2)]
+        self.acc_by_state = self._acc_tables(half_life)
         # the same, forgotten slowly: the draft's acceptance over many replies, what a new reply starts from
-        self.acc_long = [[_Decayed(half_life * self.LONG_RUN) for _ in range(k_max + 1)] for _ in range(2)]
+        self.acc_long = self._acc_tables(half_life * self.LONG_RUN)
         self.state = 0
         # costs belong to the machine and the models (so they are forgotten slowly), and grow with the context
         self.draft = _DecayedLine(half_life * 4, self.COST_SPREAD)  # seconds per drafted token
@@ -208,6 +208,10 @@ class AdaptiveK:
         self._since_draft = self.PLAIN_SETTLE  # steps since the draft model last ran
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
+
+    def _acc_tables(self, half_life: float) -> list[list[_Decayed]]:
+        """Per-position acceptance tables (positions 0 .. k_max), one per state."""
+        return [[_Decayed(half_life) for _ in range(self.k_max + 1)] for _ in range(2)]
 
     # ------------------------------------------------------------------ estimates
 
@@ -416,11 +420,7 @@ class AdaptiveK:
         if token is not None and len(self._hint) >= j and (j == 1 or self._hint_states[-1] == self.HINT_AGREE):
             hint = self.HINT_AGREE if token == self._hint[j - 1] else self.HINT_DEPART
         self._hint_states.append(hint)
-        # log-odds: the position's acceptance in this stretch of text, moved by what the hint and p say
-        # relative to an average draft token (p alone pools easy and hard text: a flat draft repeating a
-        # passage gives p < 0.1 to tokens that all pass)
-        z = _logit(acc[j - 1]) + _logit(self.confidence_acceptance(p, mean, hint)) - _logit(mean)
-        self._survive /= 1.0 + math.exp(-z)
+        self._survive /= 1.0 + math.exp(-self._token_logit(acc[j - 1], p, mean, hint))
         if j >= self.k_max:
             return False
         # drafting on to any length j' > j adds S_j a_{j+1} .. a_{j'} expected tokens (summed over the lengths
@@ -434,6 +434,12 @@ class AdaptiveK:
             if gain >= rate * ((nxt - j) * c + v[nxt] - v[j]):
                 return True
         return False
+
+    def _token_logit(self, a_j: float, p: float, mean: float, hint: int) -> float:
+        """Log-odds that a drafted token passes: the position's acceptance a_j in this stretch of text, moved by what
+        the hint and its draft probability p say relative to an average draft token (``mean``: the calibration's). p
+        alone pools easy and hard text: a flat draft repeating a passage gives p < 0.1 to tokens that all pass."""
+        return _logit(a_j) + _logit(self.confidence_acceptance(p, mean, hint)) - _logit(mean)
 
     def choose(self, context_len: int = 0) -> int:
         """k for the next step; ``context_len``: tokens in the sequence so far (costs are predicted there)."""
@@ -563,7 +569,7 @@ class AdaptiveK:
             a.w *= keep
             a.s *= keep
         if keep <= 0:
-            self.acc_long = [[_Decayed(self.half_life * self.LONG_RUN) for _ in t] for t in self.acc_long]
+            self.acc_long = self._acc_tables(self.half_life * self.LONG_RUN)
         for table, long in zip(self.acc_by_state, self.acc_long):
             for a, b in zip(table, long):
                 f = min(1.0, self.NEW_REPLY_TRIALS / b.w) if b.w > 1e-9 else 0.0

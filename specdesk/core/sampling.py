@@ -67,10 +67,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     """
     flat = probs.reshape(-1, probs.shape[-1])
     u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=flat.dtype)
-    if flat.dtype == torch.float32 and flat.device.type == "cpu":
-        fast = kernels.sample_rows(flat, u.view(-1))
-        if fast is not None:
-            return fast.reshape(probs.shape[:-1])
+    fast = kernels.sample_rows(flat, u.view(-1))  # None but for float32 rows on a CPU with the kernels
+    if fast is not None:
+        return fast.reshape(probs.shape[:-1])
     cum = flat.cumsum(-1)  # (N, V)
     total = cum[:, -1:]
     u = u * total
