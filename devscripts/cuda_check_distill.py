@@ -82,7 +82,7 @@ def main() -> int:
             report["gpu"] = torch.cuda.get_device_name()
             report["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         t0 = time.perf_counter()
-        spec = specdesk.load(str(target), str(tmp / "draft"), device=args.device)
+        spec = specdesk.load(str(target), str(tmp / "draft"), drafter="model", device=args.device)
         plain = specdesk.load(str(target), drafter="none", device=args.device)
         report["load_pair_and_plain_s"] = round(time.perf_counter() - t0, 1)
         report["draft_bytes"], report["target_bytes"] = spec.draft.weight_bytes, spec.target.weight_bytes

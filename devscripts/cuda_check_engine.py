@@ -71,7 +71,7 @@ def main() -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device here: nothing to check (use --device cpu for the CPU)", file=sys.stderr)
         return 0
-    engine = specdesk.load(args.target, args.draft, target_quant=args.target_quant, dtype=args.dtype,
+    engine = specdesk.load(args.target, args.draft, drafter="model", target_quant=args.target_quant, dtype=args.dtype,
                            device=args.device)
     note({"loaded": engine.describe()})
     model = engine.target.model

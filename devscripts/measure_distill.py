@@ -61,7 +61,7 @@ def main() -> int:
     from specdesk.core.distill.prompts import chat_prompts
 
     ks = [int(x) for x in args.ks.split(",")]
-    spec = specdesk.load(args.target, args.draft, device="cpu")
+    spec = specdesk.load(args.target, args.draft, drafter="model", device="cpu")
     plain = spec  # the same engine decodes plainly with drafter none
     prompts = chat_prompts(args.prompts, held_out=True, seed=0)
     methods = [("plain", "none", 0, 0.0)] + [(f"draft k={k}", "model", k, 0.0) for k in ks] + \

@@ -92,7 +92,7 @@ def main() -> int:
     from specdesk.serve import EngineHost, SpecdeskServer
 
     prompts = build_suite(per_category=1)
-    engine = specdesk.load("demo-target", "demo-draft")
+    engine = specdesk.load("demo-target", "demo-draft", drafter="model")
     import tempfile
 
     log = Path(tempfile.mkdtemp(prefix="specdesk-overhead-")) / "server.jsonl"  # the server logs as it always does

@@ -171,7 +171,7 @@ def rows(args) -> None:
 
 def same_prompts(args) -> None:
     prompts = json.loads((HERE / "llamacpp_prompts.json").read_text())["specdesk_prompt_ids"][:4]
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant=args.target_quant)
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant=args.target_quant)
     configs = [("plain", 0, "model"), ("draft k=auto", "auto", "model"), ("lookup k=auto", "auto", "ngram"),
                ("lookup k=4", 4, "ngram"), ("draft+lookup k=auto", "auto", "model+lookup")]
     for p in prompts:
@@ -269,7 +269,7 @@ def one_call(args) -> None:
     called one by one from Python, alternating, three rounds (rank 5 of 20); a draft forward of one token each way;
     and what a plain pass costs right after a draft step or a 10 MB sweep of other memory (the CPU cache's share)."""
     ids = torch.randint(0, 49000, (400,), generator=torch.Generator().manual_seed(0))
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
     target = fastdraft.LeanDecoder(engine.target.model, 1600)
     draft = fastdraft.LeanDecoder(engine.draft.model, 1600)
     for dec in (target, draft):
@@ -312,7 +312,7 @@ def turns(args) -> None:
     """A 6-turn chat (q4 target + draft, k=auto, greedy, 200 new tokens a turn), with the caches kept between turns
     and with every prompt read whole (Engine.reuse_cache), twice each in turn: per turn the prompt's tokens, how many
     were kept, the prefill in ms, decode tokens/s, and whether the replies matched."""
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
     engine.warm_up()
     out: dict = {"kernels": kernels_status(), "runs": []}
     for reuse in (True, False, True, False):
@@ -376,7 +376,7 @@ def first_replies(args) -> None:
     from specdesk.core.bench.runner import prompt_ids
     from specdesk.core.bench.suite import chat_suite
 
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
     engine.warm_up()
     engine.reuse_cache = False
     prompts = [prompt_ids(engine, p) for p in chat_suite(8)]
@@ -412,7 +412,7 @@ def controllers(args) -> None:
     from specdesk.core.bench.runner import prompt_ids
     from specdesk.core.bench.suite import chat_suite
 
-    engine = specdesk.load(args.gguf, args.draft, device="cpu", target_quant="q4")
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
     engine.warm_up()
     prompts = [(p.name, prompt_ids(engine, p)) for p in chat_suite(8)]
     for _ in range(2):

@@ -72,16 +72,16 @@ def test_regime_change_is_followed():
 
 def test_auto_k_is_exact_and_reports_its_choices(tiny_engine):
     plain = tiny_engine.generate(PROMPTS[1], max_new_tokens=40, drafter="none")
-    auto = tiny_engine.generate(PROMPTS[1], max_new_tokens=40, k="auto")
+    auto = tiny_engine.generate(PROMPTS[1], max_new_tokens=40, k="auto", drafter="model")
     assert auto.token_ids == plain.token_ids
     assert all(0 <= s.k <= 12 for s in auto.steps)
     greedy = tiny_engine._adaptive["model", "greedy"]
     assert greedy.draft_cost is not None  # learned costs persist in the engine
     steps = greedy.steps
-    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", temperature=0.8, seed=3)
+    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", temperature=0.8, seed=3, drafter="model")
     assert greedy.steps == steps  # sampled decoding learns in a controller of its own
     assert tiny_engine._adaptive["model", "sampled"].steps > 0
-    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", tree="3,2")
+    tiny_engine.generate(PROMPTS[1], max_new_tokens=12, k="auto", tree="3,2", drafter="model")
     assert greedy.steps == steps  # a tree's passes (chain and leaves) price a chain differently: its own controller
     assert tiny_engine._adaptive["model", "greedy, tree 3,2"].steps > 0
 
@@ -296,7 +296,7 @@ def test_the_decode_loop_hands_the_controller_prompt_lookups_continuation_and_ea
     import specdesk
     from specdesk.core.ngram import NgramIndex
 
-    engine = specdesk.load(str(tiny_target), str(tiny_target_copy), device="cpu")
+    engine = specdesk.load(str(tiny_target), str(tiny_target_copy), drafter="model", device="cpu")
 
     class Recording:
         k_max = 12
@@ -573,7 +573,7 @@ def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_outp
     import specdesk
     from specdesk.core.settings import GenerationSettings
 
-    cold, warm = (specdesk.load("demo-target", "demo-draft", device="cpu") for _ in range(2))
+    cold, warm = (specdesk.load("demo-target", "demo-draft", drafter="model", device="cpu") for _ in range(2))
     warm.warm_up()
     taught = warm._costs
     assert all(taught.verify[m].seen for m in range(1, 6)) and taught.draft_cost is not None

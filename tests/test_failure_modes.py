@@ -104,6 +104,26 @@ def test_short_probes_between_plain_steps_raise_no_alarm():
     assert v.acceptance == 0 and v.acceptance < v.break_even and v.reply_speedup > 0.97 and not v.slowing
 
 
+def test_a_draft_and_lookup_reply_prices_each_step_by_its_own_drafter():
+    """model+lookup (the default with a draft): a step verifies prompt lookup's continuation (StepEvent.lookup, ~no
+    drafting cost) or the draft model's tokens; the reply is judged as a whole, each step at its own costs."""
+    m = _monitor()
+    m.begin("model+lookup")
+    for a in [0, 1, 0, 0, 2, 0]:  # the draft model: 4 tokens at 2 ms each
+        m.observe(4, a, 4 * DRAFT, VERIFY5, 100)
+    for a in [0, 0, 1, 0, 0, 0]:  # prompt lookup: 4 tokens for 20 us
+        m.observe(4, a, 20e-6, VERIFY5, 100, lookup=True)
+    v = m.verdict()
+    # 6 steps of 22 ms and 6 of 14.02 ms, in plain steps of 10 ms: 13.2 + 8.412; 12 steps, 48 tokens drafted
+    assert v.break_even == pytest.approx((13.2 + 8.412 - 12) / 48) and v.acceptance == pytest.approx(4 / 48)
+    assert v.slowing and v.drafter == "model+lookup"
+    assert m.costs["model"].draft_cost == pytest.approx(DRAFT)  # lookup's steps taught the draft model nothing
+    assert m.costs["ngram"].draft_cost == pytest.approx(5e-6)
+    model_only = _monitor()
+    _reply(model_only, [0, 1, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0])
+    assert model_only.verdict().break_even > v.break_even  # priced as the draft model's, the same reply looks worse
+
+
 def test_the_monitor_reads_a_real_engine(tiny_engine):
     """Real steps of a real (random, so rarely accepted) pair: the verdict's break-even is the closed form
     (k c_draft + verify(k+1) - verify(1)) / (k verify(1)) of the cost model it learnt."""

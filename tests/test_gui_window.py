@@ -100,6 +100,12 @@ class StepRecorder(QObject):
             self.shown.append(len(text))
 
 
+def test_a_loaded_draft_drafts_with_prompt_lookup_beside_it_by_default(window):
+    assert window.info.draft == "demo-draft"
+    assert window.controls.drafter() == "model+lookup"  # the picker offers the draft model alone too
+    assert window.controls.drafter_box.currentText() == "draft model + lookup"
+
+
 def test_the_status_bar_says_which_cpu_kernels_run(window):
     # the demo pair runs in float32: torch's kernels, and the tooltip says why (q4/bfloat16 get specdesk's own)
     assert window.device_label.text() == "device: cpu · torch's kernels"

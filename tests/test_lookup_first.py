@@ -19,6 +19,21 @@ def demo():
     return specdesk.load("demo-target", device="cpu"), specdesk.load("demo-target", drafter="none", device="cpu")
 
 
+def test_a_draft_model_drafts_with_prompt_lookup_beside_it_unless_told_otherwise(demo):
+    """The default with a draft (greedy chat on q4 SmolLM2 with its distilled draft: 1.34x of plain against the draft
+    alone's 1.21x, side by side); prompt lookup alone without one; an explicit choice stands."""
+    from specdesk.core.pairing import resolve_drafter
+
+    spec, plain = demo
+    assert spec.drafter == "model+lookup" and plain.drafter == "none"
+    assert resolve_drafter("t", "d", None) == ("model+lookup", "d")
+    assert resolve_drafter("demo-target", None, None) == ("model+lookup", "demo-draft")
+    assert resolve_drafter("t", None, None) == ("ngram", None)
+    assert resolve_drafter("t", "d", "model") == ("model", "d")
+    r = spec.generate(EDIT, max_new_tokens=24, k=4)  # the engine's own drafter: lookup's steps among the model's
+    assert r.stats.drafted and any(s.lookup for s in r.steps)
+
+
 def test_greedy_output_is_the_targets_with_both_kinds_of_proposal(demo, monkeypatch):
     spec, plain = demo
     sources: list[bool] = []
@@ -37,6 +52,26 @@ def test_greedy_output_is_the_targets_with_both_kinds_of_proposal(demo, monkeypa
             got = spec.generate(prompt, max_new_tokens=48, k=k, drafter="model+lookup")
             assert got.token_ids == want, (prompt, k)
     assert True in sources and False in sources  # lookup's and the model's proposals both verified
+
+
+def test_each_step_says_whether_its_tokens_were_lookups(demo, monkeypatch):
+    """StepEvent.lookup: the window's payoff monitor prices such a step as prompt lookup's, not the draft model's."""
+    from specdesk.core.events import StepEvent
+
+    spec, _ = demo
+    sources: list[bool] = []
+    propose = LookupFirstDrafter.propose
+
+    def spy(self, *a, **kw):
+        out = propose(self, *a, **kw)
+        sources.append(bool(len(out)) and out.free)
+        return out
+
+    monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
+    steps = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model+lookup") if isinstance(ev, StepEvent)]
+    assert [ev.lookup for ev in steps] == sources and any(sources) and not all(sources)
+    model = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model") if isinstance(ev, StepEvent)]
+    assert model and not any(ev.lookup for ev in model)
 
 
 def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch):

@@ -334,3 +334,13 @@ def test_sigterm_finishes_cleanly_and_every_request_is_logged(chat_target, tiny_
     assert all(g.complete for g in log.generations)
     assert len(log.generations) == 3 and all("request" in g.info for g in log.generations)
     assert log.header.get("server") is True
+
+
+def test_a_request_may_choose_any_drafter_the_engine_knows():
+    from specdesk.serve.protocol import ApiError, parse_request
+
+    body = {"messages": [{"role": "user", "content": "hi"}], "specdesk": {"drafter": "model+lookup"}}
+    assert parse_request("chat", body, ("m",), 2048).drafter == "model+lookup"
+    with pytest.raises(ApiError) as e:
+        parse_request("chat", {**body, "specdesk": {"drafter": "eagle"}}, ("m",), 2048)
+    assert e.value.param == "specdesk.drafter" and "model+lookup" in e.value.message

@@ -25,10 +25,10 @@ def arm(name):
     A._monotone, A.verify_costs = (new_mono, new_costs) if name == "new" else (old_mono, old_costs)
 which = sys.argv[1]; rounds = int(sys.argv[2])
 if which == "demo":
-    e = specdesk.load("demo-target", "demo-draft", device="cpu")
+    e = specdesk.load("demo-target", "demo-draft", drafter="model", device="cpu")
     prompts = [p.text for p in build_suite(3, tokenizer=e.tokenizer) if p.category in ("editing", "completion", "prose")]
 else:
-    e = specdesk.load(which, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+    e = specdesk.load(which, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
     from specdesk.core.bench.suite import chat_suite
     prompts = [prompt_ids(e, p) for p in chat_suite(8)]
 costs = {}

@@ -56,7 +56,7 @@ if sys.argv[1] == "--sim":
     sys.exit()
 G = sys.argv[1]
 rounds = int(sys.argv[2])
-e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 e.reuse_cache = False
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]

@@ -36,7 +36,7 @@ def arm(name: str) -> None:
 
 G = sys.argv[1]
 rounds = int(sys.argv[2])
-e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 e.reuse_cache = False
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]

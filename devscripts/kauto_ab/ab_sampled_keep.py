@@ -32,7 +32,7 @@ class ConfOnly(AdaptiveK):
 
 
 G, rounds, variant = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 e.reuse_cache = False
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]

@@ -11,7 +11,7 @@ from specdesk.core import adaptive
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 G = sys.argv[1]; rounds = int(sys.argv[2])
-e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 rate = adaptive.AdaptiveK.SPEED_RATE
 adaptive.AdaptiveK.SPEED_RATE = 0.0
 e.warm_up(); costs = {"fixed": e._costs}

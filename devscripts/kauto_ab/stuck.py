@@ -9,7 +9,7 @@ import sys, subprocess, time, specdesk
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 G = sys.argv[1]
-e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
+e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", drafter="model", device="cpu", target_quant="q4")
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]
 def state(c):

@@ -29,7 +29,8 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
     g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
     g.add_argument("--drafter", choices=("model", "model+lookup", "ngram", "none"), default=None,
                    help="model (a draft model), model+lookup (the draft model, and prompt lookup where the text "
-                        "repeats), ngram (prompt lookup, no extra model) or none (plain decoding)")
+                        "repeats; the default with a draft), ngram (prompt lookup, no extra model; the default "
+                        "without one) or none (plain decoding)")
     g.add_argument("--target-quant", choices=QUANTS, default="none",
                    help="quantization of the target: bitsandbytes int8/nf4/fp4, or q4 (4-bit codes through torch's "
                         "CPU int4 kernel, bfloat16 activations; CPU only)")

@@ -155,7 +155,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         yield StepEvent(index=step, token_ids=tuple(emitted), drafted=m, accepted=n, k=k,
                         draft_s=tb - ta, verify_s=tc - tb, step_s=end - ta, elapsed_s=end - start,
                         context_len=len(ids), drafted_text=drafted_text, target_text=target_text,
-                        setup_s=proposal.setup_s)
+                        setup_s=proposal.setup_s, lookup=proposal.free)
         step += 1
 
     # the caches hold the first positions of ids: a next prompt that starts with them (a chat's next turn) skips them

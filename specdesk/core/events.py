@@ -34,6 +34,7 @@ class StepEvent:
     drafted_text: str = ""
     target_text: str = ""
     setup_s: float = 0.0  # of draft_s: the draft catching up (its lazy start's prompt, tokens decoded while it sat out)
+    lookup: bool = False  # the drafted tokens were prompt lookup's continuation (model+lookup): no draft model ran
 
     @property
     def text(self) -> str:

@@ -9,18 +9,27 @@ DRAFTERS = ("model", HYBRID, "ngram", "none")
 MODEL_DRAFTERS = ("model", HYBRID)  # the drafters that need a draft model
 
 
+def default_drafter(has_draft: bool) -> str:
+    """The drafter a pair decodes with unless told otherwise (see :func:`resolve_drafter`)."""
+    return HYBRID if has_draft else "ngram"
+
+
 def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tuple[str, str | None]:
     """(drafter, draft) after the defaults.
 
-    A draft means drafter "model"; the bundled demo-target drafts with demo-draft; any other target
-    with no draft uses prompt lookup ("ngram"). A draft together with drafter ngram/none is a contradiction.
+    A draft means drafter "model+lookup": the draft model, and prompt lookup's continuation where the context
+    repeats (measured on q4 SmolLM2-135M-Instruct with its distilled draft, 2-core AMD EPYC, 8 chat prompts side by
+    side, k=auto: greedy 1.34x of plain against the draft model alone's 1.21x; sampled at 0.7 1.07x against 1.06x;
+    the demo pair at 0.7 1.38x against 1.41x, and greedy on its editing prompts 2.17x against 1.37x in the bench). The
+    bundled demo-target drafts with demo-draft; any other target with no draft uses prompt lookup ("ngram"). A
+    draft together with drafter ngram/none is a contradiction.
     """
     if drafter is not None and drafter not in DRAFTERS:
         raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
     if draft is not None and drafter in ("ngram", "none"):
         raise BadSetting(f"a draft model and drafter {drafter} contradict each other: choose one")
     if drafter is None:
-        drafter = "model" if (draft is not None or target == "demo-target") else "ngram"
+        drafter = default_drafter(draft is not None or target == "demo-target")
     if drafter in MODEL_DRAFTERS and draft is None:
         if target != "demo-target":
             raise BadSetting(f"drafter '{drafter}' needs a draft model (give one, or choose drafter ngram or none)")

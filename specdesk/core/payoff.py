@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdesk.core.adaptive import AdaptiveK
+from specdesk.core.pairing import HYBRID
 
 MIN_STEPS = 12  # drafting steps of a reply before it is judged
 MIN_DRAFTED = 24  # drafted tokens before it is judged
@@ -60,20 +61,21 @@ class PayoffMonitor:
 
     One cost model per drafter (a draft model costs milliseconds per token, prompt lookup microseconds);
     steps that drafted nothing teach every drafter's model the cost of plain decoding, which is the
-    target's alone.
+    target's alone. A "model+lookup" reply's steps are each one or the other (StepEvent.lookup), and are
+    judged together, each priced by its own.
     """
 
     def __init__(self, drafters: tuple[str, ...] = ("model", "ngram")) -> None:
         self.costs = {name: AdaptiveK() for name in drafters}
         self.drafter: str | None = None
-        self._counts: dict[int, int] = {}  # this reply: drafting steps by tokens drafted
+        self._counts: dict[tuple[str, int], int] = {}  # this reply: drafting steps by (cost model, tokens drafted)
         self.accepted = 0
         self.plain_steps = 0  # this reply's steps that drafted nothing
         self.context = 0
         self.alarm = False
 
     def begin(self, drafter: str) -> None:
-        """A new reply with ``drafter`` ("model", "ngram" or "none")."""
+        """A new reply with ``drafter`` ("model", "model+lookup", "ngram" or "none")."""
         for ctl in self.costs.values():  # a new prompt's first passes run slow (its prefill had the CPU's cache):
             ctl.reset_acceptance()  # not plain decoding's cost (AdaptiveK.PLAIN_SETTLE); acceptance is unused here
         self.drafter = drafter
@@ -83,43 +85,47 @@ class PayoffMonitor:
         self.alarm = False
 
     def observe(self, drafted: int, accepted: int, draft_s: float, verify_s: float, context_len: int,
-                setup_s: float = 0.0) -> None:
+                setup_s: float = 0.0, lookup: bool = False) -> None:
         """One step of the current reply (any generation on this pair: plain runs teach the plain cost).
         ``setup_s``: seconds of ``draft_s`` the draft spent catching up (StepEvent.setup_s): such a step's costs
         are not drafting's (a reply's first drafted step read its prompt: 2.4 ms a drafted token where drafting
-        costs 0.4, q4 SmolLM2; learnt as drafting's, the banner called a 1.15x reply 0.94x)."""
+        costs 0.4, q4 SmolLM2; learnt as drafting's, the banner called a 1.15x reply 0.94x). ``lookup``: the tokens
+        were prompt lookup's (StepEvent.lookup), priced as prompt lookup's."""
         self.context = context_len
         if drafted <= 0:
             for ctl in self.costs.values():
                 ctl.observe(0, 0, 0, 0.0, verify_s, context_len)
             self.plain_steps += 1
             return
-        ctl = self.costs.get(self.drafter or "")
+        name = self.drafter or ""
+        if name == HYBRID:
+            name = "ngram" if lookup else "model"
+        ctl = self.costs.get(name)
         if ctl is None:
             return
         ctl.observe(drafted, drafted, accepted, draft_s, verify_s, context_len, setup_s=setup_s)
-        self._counts[drafted] = self._counts.get(drafted, 0) + 1
+        key = (name, drafted)
+        self._counts[key] = self._counts.get(key, 0) + 1
         self.accepted += accepted
 
-    def break_even(self, drafter: str, counts: dict[int, int], context_len: int) -> tuple[float, float] | None:
-        """For steps drafting m tokens ``counts[m]`` times, at ``context_len``: (the break-even acceptance, their
-        predicted time in units of one plain decoding step); None while a cost is unknown."""
-        ctl = self.costs.get(drafter)
-        if ctl is None:
-            return None
-        ctl.context = context_len
-        plain = ctl.step_cost(0)
-        if not plain:
-            return None
+    def break_even(self, counts: dict[tuple[str, int], int], context_len: int) -> tuple[float, float] | None:
+        """For steps drafting m tokens with drafter ``name`` ``counts[name, m]`` times, at ``context_len``: (the
+        break-even acceptance, their predicted time in units of one plain decoding step); None while a cost is
+        unknown."""
         n = sum(counts.values())
-        tokens = sum(m * c for m, c in counts.items())
-        spent = 0.0
-        for m, c in counts.items():
-            cost = ctl.step_cost(m)
-            if cost is None:
+        tokens = sum(m * c for (_, m), c in counts.items())
+        spent = plain = 0.0
+        for (name, m), c in counts.items():
+            ctl = self.costs.get(name)
+            if ctl is None:
                 return None
-            spent += c * cost
-        return (spent / plain - n) / tokens, spent / plain
+            ctl.context = context_len
+            plain = ctl.step_cost(0) or 0.0  # every cost model learns it from the same plain steps
+            cost = ctl.step_cost(m)
+            if cost is None or not plain:
+                return None
+            spent += c * cost / plain
+        return (spent - n) / tokens, spent
 
     def verdict(self) -> Payoff | None:
         """The current reply's payoff, or None before it has drafted enough to judge (or with no drafter).
@@ -129,10 +135,10 @@ class PayoffMonitor:
         probes between plain steps raise none); it falls once acceptance is 3 points over the break-even.
         """
         n = sum(self._counts.values())
-        drafted = sum(m * c for m, c in self._counts.items())
-        if self.drafter not in self.costs or n < MIN_STEPS or drafted < MIN_DRAFTED:
+        drafted = sum(m * c for (_, m), c in self._counts.items())
+        if n < MIN_STEPS or drafted < MIN_DRAFTED:
             return None
-        got = self.break_even(self.drafter, self._counts, self.context)
+        got = self.break_even(self._counts, self.context)
         if got is None:
             return None
         break_even, plain_steps = got
@@ -143,9 +149,9 @@ class PayoffMonitor:
             self.alarm = True
         elif acceptance >= break_even + CLEAR_MARGIN:
             self.alarm = False
-        ctl = self.costs[self.drafter]
-        k = max(self._counts, key=lambda m: (self._counts[m], m))
-        return Payoff(drafter=self.drafter, steps=n, drafted=drafted, accepted=self.accepted, acceptance=acceptance,
+        name, k = max(self._counts, key=lambda key: (self._counts[key], key[1]))  # the most frequent step's figures
+        ctl = self.costs[name]
+        return Payoff(drafter=self.drafter or "", steps=n, drafted=drafted, accepted=self.accepted, acceptance=acceptance,
                       break_even=max(0.0, break_even), predicted_speedup=(n + self.accepted) / plain_steps,
                       plain_measured=ctl.verify[1].seen, slowing=self.alarm, reply_speedup=reply, k=k,
                       draft_ms=1000 * (ctl.draft_cost or 0.0), verify_ms=1000 * (ctl.verify_cost(k + 1) or 0.0),

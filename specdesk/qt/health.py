@@ -20,6 +20,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from specdesk.core.drift import AcceptanceDrift
+from specdesk.core.pairing import MODEL_DRAFTERS
 from specdesk.core.payoff import PayoffMonitor
 from specdesk.qt import theme
 
@@ -149,8 +150,8 @@ class HealthBanners(QWidget):
         self.payoff.begin("none")
 
     def step(self, drafted: int, accepted: int, draft_s: float, verify_s: float, context_len: int,
-             setup_s: float = 0.0) -> None:
-        self.payoff.observe(drafted, accepted, draft_s, verify_s, context_len, setup_s)
+             setup_s: float = 0.0, lookup: bool = False) -> None:
+        self.payoff.observe(drafted, accepted, draft_s, verify_s, context_len, setup_s, lookup)
         self._steps += 1
         if self._steps % JUDGE_EVERY == 0:
             self.judge()
@@ -158,7 +159,7 @@ class HealthBanners(QWidget):
     def reply_finished(self, drafter: str, k: int | str, greedy: bool, drafted: int, accepted: int) -> None:
         self.replying = False
         self.judge()
-        if drafter == "model":
+        if drafter in MODEL_DRAFTERS:
             d = self.drift.add_reply((drafter, k, greedy), drafted, accepted)
             if d is not None and d.alarm:
                 self._show_drift(d)
@@ -182,7 +183,7 @@ class HealthBanners(QWidget):
         out = []
         if self.k != "auto":
             out.append(("Use k=auto", lambda: self._applied("k = auto", self.use_k_auto.emit)))
-        if current == "model" and "ngram" in self.drafters:
+        if current in MODEL_DRAFTERS and "ngram" in self.drafters:
             out.append(("Switch to prompt lookup",
                         lambda: self._applied("prompt lookup", lambda: self.use_drafter.emit("ngram"))))
         if current != "none":

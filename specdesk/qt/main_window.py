@@ -22,6 +22,7 @@ from specdesk.core import userdirs
 from specdesk.core.errors import SpecdeskError
 from specdesk.core.events import DoneEvent, PrefillEvent, StepEvent
 from specdesk.core.kernels import OWN as OWN_KERNELS
+from specdesk.core.pairing import MODEL_DRAFTERS, default_drafter
 from specdesk.core.speedpool import SpeedPool
 from specdesk.qt import theme
 from specdesk.qt.cards import MetricCards
@@ -321,6 +322,8 @@ class MainWindow(QMainWindow):
         self._close_progress()
         self.info = info
         preferred = info.request.drafter or info.drafter
+        if preferred in MODEL_DRAFTERS:  # a draft loaded: replies draft with it and with prompt lookup unless changed
+            preferred = default_drafter(True)
         self.controls.set_available_drafters(info.drafters, preferred)
         self.pair_label.setText(info.pair_label)
         self.pair_label.setToolTip(info.pair_label)
@@ -474,7 +477,7 @@ class MainWindow(QMainWindow):
         if req is None or tag != req.tag:
             return
         if isinstance(ev, StepEvent) and req.purpose != "respec":
-            self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len, ev.setup_s)
+            self.health.step(ev.drafted, ev.accepted, ev.draft_s, ev.verify_s, ev.context_len, ev.setup_s, ev.lookup)
         if req.purpose in ("compare", "respec"):
             first_plain = req.purpose == "compare" and self._pool.plain_runs == 0
             if isinstance(ev, StepEvent) and self._baseline is not None and first_plain:  # the plot: its first run

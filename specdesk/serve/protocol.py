@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from specdesk.core.errors import SpecdeskError
 from specdesk.core.events import DoneEvent, StepEvent
+from specdesk.core.pairing import DRAFTERS
 from specdesk.core.settings import MAX_K, MAX_NEW_TOKENS, GenerationSettings
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -190,8 +191,8 @@ def parse_request(kind: str, body, model_ids: tuple[str, ...], max_context: int)
     if not (k == "auto" or (isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= MAX_K)):
         raise _bad(f"'specdesk.k' must be 0..{MAX_K} or \"auto\", got {k!r}", "specdesk.k")
     drafter = ext.get("drafter")
-    if drafter is not None and drafter not in ("model", "ngram", "none"):
-        raise _bad(f"'specdesk.drafter' must be model, ngram or none, got {drafter!r}", "specdesk.drafter")
+    if drafter is not None and drafter not in DRAFTERS:
+        raise _bad(f"'specdesk.drafter' must be {', '.join(DRAFTERS)}, got {drafter!r}", "specdesk.drafter")
 
     if kind == "chat":
         messages, prompt = _messages(body), ""
