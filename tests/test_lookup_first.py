@@ -68,7 +68,8 @@ def test_each_step_says_whether_its_tokens_were_lookups(demo, monkeypatch):
         return out
 
     monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
-    steps = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model+lookup") if isinstance(ev, StepEvent)]
+    steps = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model+lookup")
+             if isinstance(ev, StepEvent)]
     assert [ev.lookup for ev in steps] == sources and any(sources) and not all(sources)
     model = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model") if isinstance(ev, StepEvent)]
     assert model and not any(ev.lookup for ev in model)

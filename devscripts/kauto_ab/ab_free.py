@@ -9,13 +9,16 @@ rounds (as a bench's 2 repeats), greedy ones from the engine's warm-up lesson as
 chat: the bench's 8 held-out chat prompts; code: the bench's completion, editing and prose prompts, 3 of each.
 """
 
-import statistics as st
 import sys
+from pathlib import Path
 
 import specdesk
 from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import build_suite, chat_suite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import side_by_side  # noqa: E402
 
 
 class BeatsModel(AdaptiveK):
@@ -51,31 +54,21 @@ prompts = [prompt_ids(e, p) for p in suite]
 mode = "greedy" if temperature == 0 else "sampled"
 arms = {"model": ("model", AdaptiveK), "shipped": ("model+lookup", AdaptiveK), "beats-model": ("model+lookup", BeatsModel)}
 ctls: dict = {}
-allr: dict = {}
-for rnd in range(rounds):
-    if rnd % 2 == 0:
-        for arm, (drafter, cls) in arms.items():
-            c = ctls[arm] = cls()
-            if mode == "greedy":
-                c.learn_costs_from(e._costs, draft=True)
-    tot: dict = {}
-    for pi, ids in enumerate(prompts):
-        order = list(arms) if (rnd + pi) % 2 == 0 else list(arms)[::-1]
-        seed = 1000 * rnd + pi
-        for name in ["plain"] + order:
-            if name == "plain":
-                r = e.generate(ids, drafter="none", max_new_tokens=96, temperature=temperature, seed=seed)
-            else:
-                drafter, _ = arms[name]
-                ctls[name].reset_acceptance()
-                r = e.generate(ids, drafter=drafter, k="auto", max_new_tokens=96, temperature=temperature, seed=seed,
-                               controller=ctls[name])
-            t = tot.setdefault(name, [0, 0.0])
-            t[0] += r.stats.new_tokens
-            t[1] += r.stats.decode_seconds
-    plain = tot["plain"][0] / tot["plain"][1]
-    row = {k: v[0] / v[1] / plain for k, v in tot.items() if k != "plain"}
-    for k, v in row.items():
-        allr.setdefault(k, []).append(v)
-    print("round", rnd, "plain %.1f" % plain, {k: "%.3f" % v for k, v in row.items()}, flush=True)
-print({k: "mean %.3f median %.3f" % (st.mean(v), st.median(v)) for k, v in allr.items()})
+
+
+def renew() -> None:
+    for arm, (_, cls) in arms.items():
+        c = ctls[arm] = cls()
+        if mode == "greedy":
+            c.learn_costs_from(e._costs, draft=True)
+
+
+def run(name: str, ids: list[int], seed: int):
+    kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
+    if name == "plain":
+        return e.generate(ids, drafter="none", **kw)
+    ctls[name].reset_acceptance()
+    return e.generate(ids, drafter=arms[name][0], k="auto", controller=ctls[name], **kw)
+
+
+side_by_side(rounds, prompts, list(arms), run, renew)

@@ -10,13 +10,16 @@ makes them; the same seed per prompt for every arm:
 (docs/ab-fresh-state-s13-amd-*.log ran with the arms named before = shipped, fresh = Fresh.)
 """
 
-import statistics as st
 import sys
+from pathlib import Path
 
 import specdesk
 from specdesk.core.adaptive import AdaptiveK
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import side_by_side  # noqa: E402
 
 
 class Fresh(AdaptiveK):
@@ -60,35 +63,27 @@ e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]
 arms = {"shipped": AdaptiveK, "fresh": Fresh}
 ctls: dict = {}
-allr: dict = {}
-for rnd in range(rounds):
-    if rnd % 2 == 0:
-        for arm, cls in arms.items():
-            ctls[arm] = cls()
-            if temperature == 0:
-                ctls[arm].learn_costs_from(e._costs, draft=True)
-        first = True
-    tot: dict = {}
-    for pi, ids in enumerate(prompts):
-        order = list(arms) if (rnd + pi) % 2 == 0 else list(arms)[::-1]
-        seed = 1000 * rnd + pi
-        for name in ["plain"] + order + ["k=1", "k=2"]:
-            kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
-            if name == "plain":
-                r = e.generate(ids, drafter="none", **kw)
-            elif name in ("k=1", "k=2"):
-                r = e.generate(ids, drafter="model", k=int(name[-1]), **kw)
-            else:
-                if not first:
-                    ctls[name].reset_acceptance()  # as the engine does for a controller it made before
-                r = e.generate(ids, drafter="model", k="auto", controller=ctls[name], **kw)
-            t = tot.setdefault(name, [0, 0.0])
-            t[0] += r.stats.new_tokens
-            t[1] += r.stats.decode_seconds
-        first = False
-    plain = tot["plain"][0] / tot["plain"][1]
-    row = {k: v[0] / v[1] / plain for k, v in tot.items() if k != "plain"}
-    for k, v in row.items():
-        allr.setdefault(k, []).append(v)
-    print("round", rnd, "plain %.1f" % plain, {k: "%.3f" % v for k, v in row.items()}, flush=True)
-print({k: "mean %.3f median %.3f" % (st.mean(v), st.median(v)) for k, v in allr.items()})
+untouched: set = set()  # controllers that have not decoded a reply yet (the engine resets only the ones it made before)
+
+
+def renew() -> None:
+    for arm, cls in arms.items():
+        ctls[arm] = cls()
+        if temperature == 0:
+            ctls[arm].learn_costs_from(e._costs, draft=True)
+    untouched.update(arms)
+
+
+def run(name: str, ids: list[int], seed: int):
+    kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
+    if name == "plain":
+        return e.generate(ids, drafter="none", **kw)
+    if name in ("k=1", "k=2"):
+        return e.generate(ids, drafter="model", k=int(name[-1]), **kw)
+    if name not in untouched:
+        ctls[name].reset_acceptance()
+    untouched.discard(name)
+    return e.generate(ids, drafter="model", k="auto", controller=ctls[name], **kw)
+
+
+side_by_side(rounds, prompts, list(arms), run, renew, reference=("k=1", "k=2"))

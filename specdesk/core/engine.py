@@ -275,7 +275,8 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
 
     drafter: "model" (needs ``draft``), "model+lookup" (the draft model, and prompt lookup where the text
     repeats), "ngram" (prompt lookup) or "none" (plain decoding). Left out, it is "model+lookup" when a draft is
-    given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise. Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
+    given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise.
+    Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
     """
     drafter, draft = resolve_drafter(target, draft, drafter)
     say = progress or (lambda msg: None)

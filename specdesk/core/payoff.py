@@ -151,7 +151,8 @@ class PayoffMonitor:
             self.alarm = False
         name, k = max(self._counts, key=lambda key: (self._counts[key], key[1]))  # the most frequent step's figures
         ctl = self.costs[name]
-        return Payoff(drafter=self.drafter or "", steps=n, drafted=drafted, accepted=self.accepted, acceptance=acceptance,
+        return Payoff(drafter=self.drafter or "", steps=n, drafted=drafted, accepted=self.accepted,
+                      acceptance=acceptance,
                       break_even=max(0.0, break_even), predicted_speedup=(n + self.accepted) / plain_steps,
                       plain_measured=ctl.verify[1].seen, slowing=self.alarm, reply_speedup=reply, k=k,
                       draft_ms=1000 * (ctl.draft_cost or 0.0), verify_ms=1000 * (ctl.verify_cost(k + 1) or 0.0),

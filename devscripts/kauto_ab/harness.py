@@ -1,0 +1,31 @@
+"""The side-by-side loop of the k=auto A/B scripts (ab_free.py, ab_fresh.py): every round runs each prompt plainly,
+then each arm (which arm goes first alternates prompt by prompt), then the reference rows, with one seed per prompt
+and round for all of them; it prints each round's pooled tokens/s over plain decoding's, and the mean and median of
+those over the rounds. ``renew`` runs before every second round (fresh controllers, as a bench's 2 repeats)."""
+
+import statistics as st
+from collections.abc import Callable, Sequence
+
+
+def side_by_side(rounds: int, prompts: Sequence[list[int]], arms: Sequence[str], run: Callable, renew: Callable,
+                 reference: Sequence[str] = ()) -> dict[str, list[float]]:
+    """``run(name, ids, seed)`` -> a GenerationResult for "plain", an arm or a reference row."""
+    allr: dict[str, list[float]] = {}
+    for rnd in range(rounds):
+        if rnd % 2 == 0:
+            renew()
+        tot: dict[str, list] = {}
+        for pi, ids in enumerate(prompts):
+            order = list(arms) if (rnd + pi) % 2 == 0 else list(arms)[::-1]
+            for name in ["plain", *order, *reference]:
+                r = run(name, ids, 1000 * rnd + pi)
+                t = tot.setdefault(name, [0, 0.0])
+                t[0] += r.stats.new_tokens
+                t[1] += r.stats.decode_seconds
+        plain = tot["plain"][0] / tot["plain"][1]
+        row = {k: v[0] / v[1] / plain for k, v in tot.items() if k != "plain"}
+        for k, v in row.items():
+            allr.setdefault(k, []).append(v)
+        print("round", rnd, "plain %.1f" % plain, {k: "%.3f" % v for k, v in row.items()}, flush=True)
+    print({k: "mean %.3f median %.3f" % (st.mean(v), st.median(v)) for k, v in allr.items()})
+    return allr
