@@ -37,7 +37,9 @@ class ControlsPanel(QWidget):
         self.drafter_box = QComboBox()
         for key, label in DRAFTER_LABELS.items():
             self.drafter_box.addItem(label, key)
-        self.drafter_box.setToolTip("Who proposes tokens: the draft model, prompt lookup (n-gram), or nobody")
+        self.drafter_box.setToolTip("Who proposes tokens: the draft model, prompt lookup (n-gram: tokens that "
+                                    "followed the same words earlier in the text), both (the default with a draft: "
+                                    "lookup where the text repeats, the draft elsewhere), or nobody")
         self.k_box = QSpinBox()
         self.k_box.setRange(AUTO_K, MAX_K)
         self.k_box.setSpecialValueText("auto")

@@ -12,7 +12,9 @@ def welcome_html() -> str:
 <div style='color:{theme.TEXT}'>
 <p style='font-size:12pt; font-weight:600; color:{theme.ACCENT}'>Welcome to specdesk</p>
 <p>A small <b>draft</b> model guesses the next few tokens; the <b>target</b> model checks all the guesses in one
-pass and keeps those it agrees with. Replies come faster, and are exactly what the target alone would write.</p>
+pass and keeps those it agrees with. Replies come faster, and are exactly what the target alone would write.
+Where the text repeats itself (a sentence to rewrite, code to edit) the guesses come from the text instead
+(prompt lookup): the Drafter choice "draft model + lookup", the default with a draft.</p>
 <p><b>Colours.</b> In a reply, {chip} tokens were guessed by the draft and accepted by the target; plain text is
 the target's own token (one per step: the correction or the bonus). View → Colour accepted draft tokens turns
 it off.</p>
