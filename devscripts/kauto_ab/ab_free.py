@@ -18,7 +18,7 @@ from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import build_suite, chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import side_by_side  # noqa: E402
+from harness import Controllers, side_by_side  # noqa: E402
 
 
 class BeatsModel(AdaptiveK):
@@ -53,22 +53,23 @@ suite = chat_suite(8) if kind == "chat" else [p for p in build_suite(3, tokenize
 prompts = [prompt_ids(e, p) for p in suite]
 mode = "greedy" if temperature == 0 else "sampled"
 arms = {"model": ("model", AdaptiveK), "shipped": ("model+lookup", AdaptiveK), "beats-model": ("model+lookup", BeatsModel)}
-ctls: dict = {}
 
 
-def renew() -> None:
-    for arm, (_, cls) in arms.items():
-        c = ctls[arm] = cls()
-        if mode == "greedy":
-            c.learn_costs_from(e._costs, draft=True)
+def make(name: str) -> AdaptiveK:
+    ctl = arms[name][1]()
+    if mode == "greedy":
+        ctl.learn_costs_from(e._costs, draft=True)
+    return ctl
+
+
+ctls = Controllers(make, always_reset=True)
 
 
 def run(name: str, ids: list[int], seed: int):
     kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
     if name == "plain":
         return e.generate(ids, drafter="none", **kw)
-    ctls[name].reset_acceptance()
-    return e.generate(ids, drafter=arms[name][0], k="auto", controller=ctls[name], **kw)
+    return e.generate(ids, drafter=arms[name][0], k="auto", controller=ctls.take(name), **kw)
 
 
-side_by_side(rounds, prompts, list(arms), run, renew)
+side_by_side(rounds, prompts, list(arms), run, lambda: ctls.renew(list(arms)))

@@ -22,7 +22,7 @@ from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import side_by_side  # noqa: E402
+from harness import Controllers, side_by_side  # noqa: E402
 
 
 class Fresh(AdaptiveK):
@@ -97,16 +97,16 @@ e.reuse_cache = False
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]
 arms = {"shipped": AdaptiveK, sys.argv[4]: {"fresh": Fresh, "mixture": Mixture}[sys.argv[4]]}
-ctls: dict = {}
-untouched: set = set()  # controllers that have not decoded a reply yet (the engine resets only the ones it made before)
 
 
-def renew() -> None:
-    for arm, cls in arms.items():
-        ctls[arm] = cls()
-        if temperature == 0:
-            ctls[arm].learn_costs_from(e._costs, draft=True)
-    untouched.update(arms)
+def make(name: str) -> AdaptiveK:
+    ctl = arms[name]()
+    if temperature == 0:
+        ctl.learn_costs_from(e._costs, draft=True)
+    return ctl
+
+
+ctls = Controllers(make)
 
 
 def run(name: str, ids: list[int], seed: int):
@@ -115,10 +115,7 @@ def run(name: str, ids: list[int], seed: int):
         return e.generate(ids, drafter="none", **kw)
     if name in ("k=1", "k=2"):
         return e.generate(ids, drafter="model", k=int(name[-1]), **kw)
-    if name not in untouched:
-        ctls[name].reset_acceptance()
-    untouched.discard(name)
-    return e.generate(ids, drafter="model", k="auto", controller=ctls[name], **kw)
+    return e.generate(ids, drafter="model", k="auto", controller=ctls.take(name), **kw)
 
 
-side_by_side(rounds, prompts, list(arms), run, renew, reference=("k=1", "k=2"))
+side_by_side(rounds, prompts, list(arms), run, lambda: ctls.renew(list(arms)), reference=("k=1", "k=2"))

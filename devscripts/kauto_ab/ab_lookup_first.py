@@ -17,7 +17,7 @@ from specdesk.core.bench.suite import chat_suite
 from specdesk.core.drafters import LookupFirstDrafter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import side_by_side  # noqa: E402
+from harness import Controllers, side_by_side  # noqa: E402
 
 G, temperature, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
@@ -25,17 +25,17 @@ e.reuse_cache = False
 e.warm_up()
 prompts = [prompt_ids(e, p) for p in chat_suite(8)]
 arms = {"shipped": (2, (4, 2)), "min3": (3, (4, 2)), "ngram3": (2, (4, 3))}  # (min_tokens, (ngram max, min))
-ctls: dict = {}
-untouched: set = set()
 defaults = LookupFirstDrafter.__init__.__defaults__
 
 
-def renew() -> None:
-    for arm in arms:
-        ctls[arm] = AdaptiveK()
-        if temperature == 0:
-            ctls[arm].learn_costs_from(e._costs, draft=True)
-    untouched.update(arms)
+def make(name: str) -> AdaptiveK:
+    ctl = AdaptiveK()
+    if temperature == 0:
+        ctl.learn_costs_from(e._costs, draft=True)
+    return ctl
+
+
+ctls = Controllers(make)
 
 
 def run(name: str, ids: list[int], seed: int):
@@ -45,13 +45,10 @@ def run(name: str, ids: list[int], seed: int):
     min_tokens, e.ngram = arms[name]
     LookupFirstDrafter.__init__.__defaults__ = (min_tokens,)
     try:
-        if name not in untouched:
-            ctls[name].reset_acceptance()
-        untouched.discard(name)
-        return e.generate(ids, drafter="model+lookup", k="auto", controller=ctls[name], **kw)
+        return e.generate(ids, drafter="model+lookup", k="auto", controller=ctls.take(name), **kw)
     finally:
         LookupFirstDrafter.__init__.__defaults__ = defaults
         e.ngram = arms["shipped"][1]
 
 
-side_by_side(rounds, prompts, list(arms), run, renew)
+side_by_side(rounds, prompts, list(arms), run, lambda: ctls.renew(list(arms)))

@@ -29,3 +29,26 @@ def side_by_side(rounds: int, prompts: Sequence[list[int]], arms: Sequence[str],
         print("round", rnd, "plain %.1f" % plain, {k: "%.3f" % v for k, v in row.items()}, flush=True)
     print({k: "mean %.3f median %.3f" % (st.mean(v), st.median(v)) for k, v in allr.items()})
     return allr
+
+
+class Controllers:
+    """One k=auto controller per arm, made anew by ``renew`` (``make(name)``). Taking one for a reply resets its
+    acceptance as the engine does for a controller it made before: not on its first reply after ``renew``, unless
+    ``always_reset`` (ab_free.py's runs reset every reply)."""
+
+    def __init__(self, make: Callable, always_reset: bool = False) -> None:
+        self.make, self.always_reset = make, always_reset
+        self.ctls: dict = {}
+        self.untouched: set = set()
+
+    def renew(self, names: Sequence[str]) -> None:
+        for name in names:
+            self.ctls[name] = self.make(name)
+        self.untouched.update(names)
+
+    def take(self, name: str):
+        ctl = self.ctls[name]
+        if self.always_reset or name not in self.untouched:
+            ctl.reset_acceptance()
+        self.untouched.discard(name)
+        return ctl
