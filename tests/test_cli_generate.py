@@ -55,6 +55,7 @@ def test_generate_streams_text(tiny_target, tiny_draft):
             "--max-new-tokens", "10")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() and "tok/s" in r.stderr
+    assert "drafter model+lookup" in r.stderr  # the default with a draft, said beside the figures
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -144,6 +144,6 @@ def run(args: argparse.Namespace) -> int:
         s = done.stats
         rate = f"{s.acceptance_rate:.2f}" if s.acceptance_rate is not None else "n/a"
         print(f"[{s.new_tokens} tokens, {s.tokens_per_second or 0:.1f} tok/s, acceptance {rate}, "
-              f"{s.mean_accepted_length or 0:.2f} tokens/step, stop: {done.stop_reason}"
+              f"{s.mean_accepted_length or 0:.2f} tokens/step, drafter {engine.drafter}, stop: {done.stop_reason}"
               f"{', chat template' if templated else ''}]", file=sys.stderr)
     return 130 if done.stop_reason == "cancelled" else 0
