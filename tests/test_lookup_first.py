@@ -14,6 +14,21 @@ EDIT = ("def area(width, height):\n    \"\"\"The area of a rectangle.\"\"\"\n   
 FREE = "# A docstring follows\n"
 
 
+def _proposal_sources(monkeypatch, drafted_only: bool = False) -> list[bool]:
+    """Each model+lookup proposal from now on: whether it was prompt lookup's (``drafted_only``: 1+ tokens only)."""
+    sources: list[bool] = []
+    propose = LookupFirstDrafter.propose
+
+    def spy(self, *a, **kw):
+        out = propose(self, *a, **kw)
+        if len(out) or not drafted_only:
+            sources.append(out.free)
+        return out
+
+    monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
+    return sources
+
+
 @pytest.fixture(scope="module")
 def demo():
     return specdesk.load("demo-target", device="cpu"), specdesk.load("demo-target", drafter="none", device="cpu")
@@ -36,16 +51,7 @@ def test_a_draft_model_drafts_with_prompt_lookup_beside_it_unless_told_otherwise
 
 def test_greedy_output_is_the_targets_with_both_kinds_of_proposal(demo, monkeypatch):
     spec, plain = demo
-    sources: list[bool] = []
-    propose = LookupFirstDrafter.propose
-
-    def spy(self, *a, **kw):
-        out = propose(self, *a, **kw)
-        if len(out):
-            sources.append(out.free)
-        return out
-
-    monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
+    sources = _proposal_sources(monkeypatch, drafted_only=True)
     for prompt in (EDIT, FREE):
         want = plain.generate(prompt, max_new_tokens=48).token_ids
         for k in (2, 4, "auto"):
@@ -59,15 +65,7 @@ def test_each_step_says_whether_its_tokens_were_lookups(demo, monkeypatch):
     from specdesk.core.events import StepEvent
 
     spec, _ = demo
-    sources: list[bool] = []
-    propose = LookupFirstDrafter.propose
-
-    def spy(self, *a, **kw):
-        out = propose(self, *a, **kw)
-        sources.append(bool(len(out)) and out.free)
-        return out
-
-    monkeypatch.setattr(LookupFirstDrafter, "propose", spy)
+    sources = _proposal_sources(monkeypatch)  # an empty proposal is no lookup's (free is False)
     steps = [ev for ev in spec.stream(EDIT, max_new_tokens=48, k=4, drafter="model+lookup")
              if isinstance(ev, StepEvent)]
     assert [ev.lookup for ev in steps] == sources and any(sources) and not all(sources)
@@ -80,13 +78,8 @@ def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch)
 
     spec, _ = demo
     calls: list[tuple[str, int]] = []
-    sources: list[bool] = []
-    propose, observe, verify = LookupFirstDrafter.propose, AdaptiveK.observe, AdaptiveK.observe_verify
-
-    def spy_propose(self, *a, **kw):
-        out = propose(self, *a, **kw)
-        sources.append(out.free)
-        return out
+    sources = _proposal_sources(monkeypatch)
+    observe, verify = AdaptiveK.observe, AdaptiveK.observe_verify
 
     def spy_observe(self, k, drafted, *a, **kw):
         calls.append(("model", drafted))
@@ -96,7 +89,6 @@ def test_lookup_steps_teach_adaptive_k_only_their_verify_cost(demo, monkeypatch)
         calls.append(("lookup", drafted))
         return verify(self, drafted, *a, **kw)
 
-    monkeypatch.setattr(LookupFirstDrafter, "propose", spy_propose)
     monkeypatch.setattr(AdaptiveK, "observe", spy_observe)
     monkeypatch.setattr(AdaptiveK, "observe_verify", spy_verify)
     spec.generate(EDIT, max_new_tokens=48, k="auto", drafter="model+lookup")

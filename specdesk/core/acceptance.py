@@ -87,8 +87,8 @@ class Draws:
 
 
 def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
-                   generator: torch.Generator | None, draws: Draws | None = None,
-                   draft_ids: torch.Tensor | None = None, draft_pos: torch.Tensor | None = None) -> tuple[int, list[int]]:
+                   generator: torch.Generator | None, draws: Draws | None = None, draft_ids: torch.Tensor | None = None,
+                   draft_pos: torch.Tensor | None = None) -> tuple[int, list[int]]:
     """(accepted, emitted tokens) under speculative sampling.
 
     p_target: (k+1, V) processed target distributions; p_draft: (k, V) processed draft distributions,
@@ -104,7 +104,8 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
     if p_draft is None:
         p_draft = one_hot(draft_tokens, p_target.shape[-1])
     u = draws.uniform(k, p_target.device)
-    keep = (u < accept_probability(p_target[:k], p_draft, draft_tokens, draft_pos)).int().cumprod(dim=0)  # 1 to the first reject
+    passed = u < accept_probability(p_target[:k], p_draft, draft_tokens, draft_pos)
+    keep = passed.int().cumprod(dim=0)  # 1 up to the first reject
     n = int(keep.sum())
     if n == k:
         dist = p_target[k]  # every draft token kept: bonus token from the target

@@ -114,7 +114,7 @@ class PayoffMonitor:
         unknown."""
         n = sum(counts.values())
         tokens = sum(m * c for (_, m), c in counts.items())
-        spent = plain = 0.0
+        spent = 0.0
         for (name, m), c in counts.items():
             ctl = self.costs.get(name)
             if ctl is None:
