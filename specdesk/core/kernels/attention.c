@@ -157,8 +157,7 @@ static inline __attribute__((always_inline)) void pv_rows_fixed(const int R, con
         const int all = j < Lmin;
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
-            const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(
-                _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(v + 16 * c))), 16));
+            const __m512 vf = load_bf16x16(v + 16 * c);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
                 if (all || j < Lr[r]) acc[r * C + c] = _mm512_fmadd_ps(_mm512_set1_ps(s[r * ls + j]), vf, acc[r * C + c]);
@@ -236,8 +235,7 @@ static void attend_one(const uint16_t *q, const uint16_t *kc, const uint16_t *vc
             for (int64_t i = 0; i < g; i++) acc[i] = _mm512_setzero_ps();
             for (int64_t j = 0; j < L; j++) {
                 const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * hd + c;
-                const __m512 vf = _mm512_castsi512_ps(_mm512_slli_epi32(
-                    _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)v)), 16));
+                const __m512 vf = load_bf16x16(v);
                 for (int64_t i = 0; i < g; i++) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(s[i * L + j]), vf, acc[i]);
             }
             for (int64_t i = 0; i < g; i++) _mm512_storeu_ps(o + i * hd + c, acc[i]);

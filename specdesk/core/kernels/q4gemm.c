@@ -88,10 +88,6 @@ static void quantize_rows(const uint16_t *x, int64_t M, int64_t K, int8_t *qx, f
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #define SD_ISA "avx512vnni"
 
-static inline __m512 load_bf16x16(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-
 /* A row's 16 outputs of a block, to columns cols[0..15] of row p. */
 static void store_bf16x16(uint16_t *p, const int64_t *cols, __m512 v) {
     float f[16];

@@ -6,11 +6,7 @@
  * LeanDecoder._norm computes, its sum in another order. */
 #include <stdlib.h>
 
-#include "scalars.h"
-
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "scalars.h" /* and immintrin.h with AVX-512 */
 
 #define LANES 16
 
@@ -81,8 +77,7 @@ void sd_argmax_bf16(const uint16_t *x, int64_t n, int64_t v, int64_t *out) {
         __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), where = idx;
         const __m512i sixteen = _mm512_set1_epi32(16);
         for (int64_t j0 = 0; j0 < full; j0 += 16) {
-            const __m512 f = _mm512_castsi512_ps(
-                _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(row + j0))), 16));
+            const __m512 f = load_bf16x16(row + j0);
             const __mmask16 up = _mm512_cmp_ps_mask(f, top, _CMP_GT_OQ);
             top = _mm512_mask_mov_ps(top, up, f);
             where = _mm512_mask_mov_epi32(where, up, idx);
@@ -122,29 +117,6 @@ void sd_argmax_bf16(const uint16_t *x, int64_t n, int64_t v, int64_t *out) {
  * few float32 ulps (the temperature is applied after the max is taken off, one rounding instead of two); ~15 us a
  * SmolLM2 row of 49,152 logits where those three operations took ~90 (they are also what plain sampling pays per
  * token). */
-#if defined(__AVX512F__)
-/* exp_fast on 16 floats: the same operations in the same order (so the same bits). */
-static inline __m512 exp_fast16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(87.0f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
-static inline __m512 load_bf16x16f(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-#endif
 
 void sd_softmax_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, float *out) {
     const int64_t full = v / LANES * LANES;
@@ -154,7 +126,7 @@ void sd_softmax_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, float
         float top[LANES], sums[LANES];
 #if defined(__AVX512F__)
         __m512 vtop = _mm512_set1_ps(-INFINITY);
-        for (int64_t j0 = 0; j0 < full; j0 += 16) vtop = _mm512_max_ps(vtop, load_bf16x16f(row + j0));
+        for (int64_t j0 = 0; j0 < full; j0 += 16) vtop = _mm512_max_ps(vtop, load_bf16x16(row + j0));
         _mm512_storeu_ps(top, vtop);
 #else
         for (int l = 0; l < LANES; l++) top[l] = -INFINITY;
@@ -171,7 +143,7 @@ void sd_softmax_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, float
         __m512 vsum = _mm512_setzero_ps();
         const __m512 vm = _mm512_set1_ps(m), vt = _mm512_set1_ps(inv_t), ninf = _mm512_set1_ps(-INFINITY);
         for (int64_t j0 = 0; j0 < full; j0 += 16) {
-            const __m512 f = load_bf16x16f(row + j0);
+            const __m512 f = load_bf16x16(row + j0);
             const __mmask16 live = _mm512_cmp_ps_mask(f, ninf, _CMP_NEQ_UQ); /* a masked logit: no mass */
             const __m512 e = _mm512_maskz_mov_ps(live, exp_fast16(_mm512_mul_ps(_mm512_sub_ps(f, vm), vt)));
             _mm512_storeu_ps(o + j0, e);

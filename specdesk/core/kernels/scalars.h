@@ -1,5 +1,5 @@
 /* Scalar helpers the kernels share: bfloat16 <-> float32 (round to nearest even, NaN kept), and exp in a form the
- * compiler vectorizes (libm's expf is a call per element). */
+ * compiler vectorizes (libm's expf is a call per element); with AVX-512, 16-lane forms of the widening and of exp. */
 #ifndef SPECDESK_SCALARS_H
 #define SPECDESK_SCALARS_H
 
@@ -45,5 +45,32 @@ static inline float exp_fast(float x) {
     memcpy(&s, &e, 4);
     return p * s;
 }
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* 16 bfloat16 values widened to float32 (exact). */
+static inline __m512 load_bf16x16(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+/* exp_fast on 16 floats: the same operations in the same order (so the same bits). */
+static inline __m512 exp_fast16(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(87.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+#endif
 
 #endif
