@@ -419,3 +419,91 @@ def test_a_q4_targets_distilled_draft_reads_its_head_rows_from_the_targets(model
     for prompt in PROMPTS[:2]:
         want = plain.generate(prompt, max_new_tokens=30).token_ids
         assert engine.generate(prompt, max_new_tokens=30, k=3).token_ids == want
+    # the greedy chain through ints maps head positions to tokens as the general loop does
+    from specdesk.core import drafters
+    from specdesk.core.sampling import SamplingConfig
+
+    dr, toks, got = engine._model_drafter, engine.encode(PROMPTS[0]), {}
+    try:
+        for by_ids in (True, False):
+            drafters.ModelDrafter.ids_path = by_ids
+            dr.start(toks[:-1], 128)
+            got[by_ids] = dr.propose(toks, 4, SamplingConfig(), None).tokens.tolist()
+    finally:
+        drafters.ModelDrafter.ids_path = True
+    assert got[True] == got[False] and len(got[True]) == 4 and set(got[True]) <= set(ids.tolist())
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_fed_as_ints_a_pass_gives_the_bits_of_the_tensor_form(models_dir, arch, march):
+    """forward_ids (the decode loop's steps: a drafted token, a verify's k + 1 positions, a catch-up) computes what
+    forward does, bit for bit: logits and KV caches, one position, several with every position's logits, several
+    with the last one's."""
+    from specdesk.core.fastdraft import LeanDecoder
+
+    path = make_llama(models_dir / f"ids-{arch}", hidden=128, layers=2, heads=4, kv_heads=2, intermediate=96,
+                      seed=23, arch=arch)
+    model = load_model(str(path), quant="q4", device="cpu").model
+    ids = torch.randint(3, 4000, (200,), generator=torch.Generator().manual_seed(6)).tolist()
+    decs = [LeanDecoder(model, 300) for _ in range(2)]
+    assert decs[0]._fast_ids
+    outs = []
+    with torch.inference_mode():
+        for i, dec in enumerate(decs):
+            def feed(part, every=False):
+                return dec.forward_ids(part, every) if i == 0 else dec.forward(torch.tensor(part), every)
+            got = [feed(ids[:150])]  # a prefill
+            got += [feed(ids[150 + j:151 + j]) for j in range(3)]
+            got.append(feed(ids[153:158], every=True))  # a verify pass
+            got.append(feed(ids[158:161]))  # a catch-up: the last position's logits
+            dec.crop(155)
+            got.append(feed(ids[155:157], every=True))  # after a rollback
+            got += [L[c][:, :, :dec.length].clone() for L in dec.layers for c in ("k", "v")]
+            outs.append(got)
+    for a, b in zip(*outs):
+        assert a.shape == b.shape and torch.equal(a, b)
+    assert outs[0][1].dim() == 1 and outs[0][4].shape[0] == 5 and outs[0][5].dim() == 1
+    assert not torch.equal(outs[0][1], outs[0][2])  # the steps did differ from each other
+    with pytest.raises(ValueError):
+        decs[0].forward_ids([])
+
+
+def test_argmax_as_a_list_and_the_top_tokens_probability(march):
+    g = torch.Generator().manual_seed(13)
+    x = torch.randn(3, 8192 + 5, generator=g).bfloat16()
+    x[1, 40] = x[1, 4000] = 30.0  # a tie: the first one
+    assert kernels.argmax_list(x) == x.argmax(dim=-1).tolist()
+    assert kernels.argmax_list(x[1]) == [40]  # one row
+    assert kernels.argmax_list(x.float()) == x.float().argmax(dim=-1).tolist()  # torch's for other dtypes
+    for row in x:
+        i, p = kernels.top_probability(row)
+        want = row.float().softmax(-1)
+        assert i == int(row.argmax()) and abs(p - float(want[i])) <= 1e-6 * max(1.0, float(want[i]))
+    i, p = kernels.top_probability(x[0].float())  # the torch form elsewhere
+    assert i == int(x[0].argmax()) and abs(p - float(x[0].float().softmax(-1).max())) < 1e-6
+
+
+def test_a_greedy_drafts_tokens_are_the_same_fed_as_ints_or_as_tensors(q4_pair, march):
+    """The draft's greedy chain through ints (ModelDrafter._propose_greedy) proposes what the general loop does:
+    fixed k, and drafting by confidence (the same tokens, the same probabilities to float32 rounding)."""
+    from specdesk.core import drafters
+    from specdesk.core.sampling import SamplingConfig
+
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4", drafter="model")
+    dr = engine._model_drafter
+    ids = engine.encode(PROMPTS[0])
+    out = {}
+    try:
+        for by_ids in (True, False):
+            drafters.ModelDrafter.ids_path = by_ids
+            seen: list[float] = []
+            dr.start(ids[:-1], 200)
+            a = dr.propose(ids, 5, SamplingConfig(), None)
+            dr.commit(len(ids))
+            b = dr.propose(ids + a.tokens.tolist()[:2], 4, SamplingConfig(), None,
+                           keep=lambda j, p, t: seen.append(p) or j < 3)
+            out[by_ids] = (a.tokens.tolist(), b.tokens.tolist(), seen)
+    finally:
+        drafters.ModelDrafter.ids_path = True
+    assert out[True][:2] == out[False][:2] and len(out[True][0]) == 5 and len(out[True][1]) == 3
+    assert out[True][2] == pytest.approx(out[False][2], rel=1e-2)  # torch's softmax in bfloat16 there

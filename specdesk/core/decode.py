@@ -42,6 +42,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
     if not prompt_ids:
         raise ValueError("the prompt must hold at least one token")
     device = target.device
+    on_cpu = device.type == "cpu"
     sync = _synchronizer(device)
     sampling = settings.sampling
     seed = settings.seed
@@ -107,9 +108,14 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
                                                               proposal.tokens.tolist(), tree)
             target.settle_tree(len(tree.depths), chain_kept, leaf)
         else:
-            logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
+            if on_cpu:  # the tokens as ints (target.verify_ids): fewer tensor calls, each dear right after a pass
+                drafts = proposal.tokens.tolist() if m else []
+                logits = target.verify_ids([ids[-1], *drafts])  # (m+1, V)
+            else:
+                drafts = proposal.tokens
+                logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
             if sampling.greedy:
-                n, emitted = verify_greedy(kernels.argmax(logits), proposal.tokens)
+                n, emitted = verify_greedy(kernels.argmax_list(logits) if on_cpu else kernels.argmax(logits), drafts)
             else:
                 n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
                                             generator, draft_ids=proposal.prob_ids, draft_pos=proposal.prob_pos)
@@ -137,7 +143,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             stop_reason = "stop_string"
         ids.extend(emitted)
         generated.extend(emitted)
-        last = torch.tensor(emitted[-1:], dtype=torch.long, device=device)
+        if not on_cpu or settings.tree:  # the accelerator's form, and a tree's layout, take it as a tensor
+            last = torch.tensor(emitted[-1:], dtype=torch.long, device=device)
         forwards += 1
         drafted += m
         accepted += n

@@ -120,6 +120,7 @@ class ModelDrafter(Drafter):
     name = "model"
     reports_confidence = True
     drafts_trees = True
+    ids_path = True  # greedy chains through _propose_greedy (a subclass with its own _first/_next says False)
 
     def __init__(self, model, vocab: int, target_vocab: int, lean: bool = True,
                  head_ids: torch.Tensor | None = None) -> None:
@@ -133,9 +134,11 @@ class ModelDrafter(Drafter):
         self._pending: tuple[list[int], int] | None = None  # (prompt, capacity) not read yet (start)
         self.setup_s = 0.0  # this proposal's catch-up seconds (Proposal.setup_s)
         self.device = self.seq.device
+        self._head_list: list[int] | None = None  # head_ids as ints (the greedy chain's lookups)
         if head_ids is not None:
             self.head_ids = head_ids.to(self.device)
             self.vocab = int(head_ids.numel())
+            self._head_list = head_ids.tolist()
 
     @property
     def lean_reason(self) -> str | None:
@@ -184,13 +187,59 @@ class ModelDrafter(Drafter):
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
         return self._forward(tok)
 
+    def _forward_ids(self, ids: list[int]) -> torch.Tensor:
+        """As :meth:`_forward` for ids given as ints (sequence.feed_ids)."""
+        logits = self.seq.feed_ids(ids)
+        return logits if logits.shape[-1] == self.vocab else logits[: self.vocab]
+
+    def _first_ids(self, ids: list[int]) -> torch.Tensor:
+        """As :meth:`_first`, through :meth:`_forward_ids`."""
+        t0 = time.perf_counter()
+        setup = self._pending is not None
+        self._started()
+        if len(ids) - self.seq.length > 2:
+            self.seq.feed_ids(ids[self.seq.length:-1])
+            setup = True
+        if setup:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            self.setup_s = time.perf_counter() - t0
+        return self._forward_ids(ids[self.seq.length:])
+
+    def _propose_greedy(self, ids: list[int], k: int, keep: KeepDrafting | None) -> Proposal:
+        """A greedy chain (no sibling leaves) with the tokens as ints from the draft's logits to the next forward:
+        the same tokens as the general loop (the first largest logit; with ``keep``, the probability softmax gives
+        it), with no tensor between one forward and the next but the logits."""
+        logits = self._first_ids(ids)
+        head = self._head_list
+        tokens: list[int] = []
+        confidences: list[float] = []
+        for i in range(k):
+            if keep is None:
+                at = kernels.argmax_list(logits)[0]
+            else:
+                at, q = kernels.top_probability(logits)
+            tok = head[at] if head is not None else at
+            tokens.append(tok)
+            if keep is not None:
+                confidences.append(q)
+                if not keep(i + 1, q, tok):
+                    break
+            if i + 1 < k:
+                logits = self._forward_ids([tok])
+        return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), confidences=tuple(confidences),
+                        setup_s=self.setup_s)
+
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         if k <= 0:
             return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
         self.setup_s = 0.0
-        logits = self._first(ids)
-        tokens, probs, confidences, leaves, cols = [], [], [], [], []
         widths = widths if sampling.greedy else ()
+        by_ids = self.ids_path and self.device.type == "cpu"
+        if by_ids and sampling.greedy and not any(w > 1 for w in widths[:k]):
+            return self._propose_greedy(ids, k, keep)
+        logits = self._first_ids(ids) if by_ids else self._first(ids)
+        tokens, probs, confidences, leaves, cols = [], [], [], [], []
         for i in range(k):
             if i < len(widths) and widths[i] > 1:
                 top = logits.topk(widths[i]).indices  # (w,) best first
@@ -217,7 +266,7 @@ class ModelDrafter(Drafter):
                 if not keep(i + 1, confidences[-1], int(tok[0])):
                     break
             if i + 1 < k:
-                logits = self._next(tok)
+                logits = self._forward_ids([int(tok[0])]) if by_ids else self._next(tok)
         out = torch.cat(tokens)
         conf = tuple(confidences)
         if sampling.greedy:

@@ -26,6 +26,8 @@ class EagleDrafter(ModelDrafter):
     """``model``: the head as a one-layer causal LM sharing the target's embeddings (its layer, final norm and
     head rows run on the lean decoder); ``fc``: the fusion layer; ``target_seq``: the target's ModelSequence."""
 
+    ids_path = False  # drafts from the target's features: its own _first and _next
+
     def __init__(self, model, fc: torch.nn.Linear, target_seq, vocab: int, target_vocab: int,
                  head_ids: torch.Tensor | None = None) -> None:
         super().__init__(model, vocab, target_vocab, lean=True, head_ids=head_ids)

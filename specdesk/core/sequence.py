@@ -114,6 +114,13 @@ class ModelSequence:
         out = self.model(input_ids=ids[None], cache=self.cache, use_cache=True, logits_to_keep=0 if every else 1)
         return out.logits[0] if every else out.logits[0, -1]
 
+    @torch.inference_mode()
+    def feed_ids(self, ids: list[int], every: bool = False) -> torch.Tensor:
+        """As :meth:`feed` for token ids given as ints (the decode loop's steps; see LeanDecoder.forward_ids)."""
+        if self.decoder is not None:
+            return self.decoder.forward_ids(ids, every)
+        return self.feed(torch.tensor(ids, dtype=torch.long, device=self.device), every)
+
     @property
     def length(self) -> int:
         if self.decoder is not None:

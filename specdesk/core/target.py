@@ -40,6 +40,11 @@ class TargetRunner:
         """tokens: (m,) = last committed token + drafts -> logits (m, vocab) for the next position of each."""
         return self.seq.feed(tokens, every=True)[:, : self.vocab]
 
+    def verify_ids(self, tokens: list[int]) -> torch.Tensor:
+        """As :meth:`verify` for the tokens as ints (the decode loop's form)."""
+        logits = self.seq.feed_ids(tokens, every=True)
+        return logits if logits.shape[-1] == self.vocab else logits[:, : self.vocab]
+
     @property
     def takes_trees(self) -> bool:
         """Whether this sequence verifies token trees now (the lean decoder only)."""
