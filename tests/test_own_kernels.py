@@ -507,3 +507,20 @@ def test_a_greedy_drafts_tokens_are_the_same_fed_as_ints_or_as_tensors(q4_pair, 
         drafters.ModelDrafter.ids_path = True
     assert out[True][:2] == out[False][:2] and len(out[True][0]) == 5 and len(out[True][1]) == 3
     assert out[True][2] == pytest.approx(out[False][2], rel=1e-2)  # torch's softmax in bfloat16 there
+
+
+def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_pair, march, monkeypatch):
+    """At a temperature, the draft's draws as ints and verify_sampled's float32 CPU form consume the generator as
+    the tensor forms do and decide alike: the same seed gives the same reply either way (draft, prompt lookup,
+    and the two together)."""
+    from specdesk.core import acceptance, drafters
+
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    runs = {}
+    for by_ids in (True, False):
+        monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
+        monkeypatch.setattr(acceptance, "_plain_cpu", acceptance._plain_cpu if by_ids else (lambda *a: False))
+        runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3).token_ids
+                        for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
+    assert runs[True] == runs[False]
+    assert len({tuple(r) for r in runs[True]}) >= 3

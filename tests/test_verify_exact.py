@@ -21,6 +21,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from specdesk.core import kernels
 from specdesk.core.acceptance import accept_probability, one_hot, verify_sampled
 from specdesk.core.sampling import SamplingConfig, process_logits
 
@@ -182,3 +183,65 @@ def test_a_reduced_heads_probabilities_passed_as_they_are_give_the_same_law(k):
         assert max(abs(law_wide[e] - law_reduced[e]) for e in law_wide) < 1e-15
         checked += 1
     assert checked == 3 ** k
+
+
+@pytest.mark.skipif(not kernels.available(), reason="the float32 CPU form runs with specdesk's own kernels")
+@pytest.mark.parametrize("kind", ["wide", "reduced", "point"])
+def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
+    """verify_sampled on float32 CPU rows (no Draws given) reads the probabilities where they lie and compares in
+    Python; with the same generator state it must give the general form's outcome and leave the generator where
+    the general form does, accepts, rejections and bonus tokens alike (ratios near 1 included)."""
+    from specdesk.core.acceptance import Draws
+
+    rng = torch.Generator().manual_seed(7)
+    seen = set()
+    for case in range(300):
+        v = 50 if case % 2 else 700
+        k = case % 5
+        p_t = torch.softmax(torch.randn(k + 1, v, generator=rng) * 2, -1)
+        p_t[:, :3] = 0.0  # tokens with no mass
+        p_t /= p_t.sum(-1, keepdim=True)
+        ids = pos = None
+        if kind == "point":
+            tokens = torch.randint(3, v, (k,), generator=rng)
+            p_d = None
+        elif kind == "wide":
+            p_d = torch.softmax(torch.randn(k, v, generator=rng) * 2, -1)
+            if case % 3 == 0:
+                p_d = (p_t[:k] * (1 + 1e-3 * torch.randn(k, v, generator=rng))).clamp_min(0)  # ratios near 1
+                p_d /= p_d.sum(-1, keepdim=True)
+            tokens = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
+        else:
+            ids = torch.randperm(v, generator=rng)[: v // 3].sort().values
+            p_d = torch.softmax(torch.randn(k, ids.numel(), generator=rng) * 2, -1)
+            pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
+            tokens = ids[pos]
+        seed = 1000 + case
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        fast = verify_sampled(p_t, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
+        slow = verify_sampled(p_t, p_d, tokens, g2, draws=Draws(g2), draft_ids=ids, draft_pos=pos)
+        assert fast == slow, (case, fast, slow)
+        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
+        seen.add((k, fast[0] == k))
+    # every k with a rejection, and full accepts
+    assert {(k, False) for k in range(1, 5)} | {(0, True), (1, True)} <= seen
+
+
+def test_the_cpu_forms_acceptance_test_is_torchs_float32_one_at_the_boundary():
+    """A uniform exactly at min(1, pt / pd) (float32) is rejected and one float32 step under it accepted, as torch's
+    float32 quotient and comparison decide, for quotients that double arithmetic alone would round otherwise."""
+    from specdesk.core.acceptance import _accepts
+
+    g = torch.Generator().manual_seed(3)
+    pt = torch.rand(2000, generator=g) ** 3
+    pd = torch.rand(2000, generator=g) ** 3
+    pd[:5] = 0.0  # guarded by tiny
+    a = torch.clamp(pt / pd.clamp_min(torch.finfo(torch.float32).tiny), max=1.0)
+    below = torch.nextafter(a, torch.zeros_like(a))
+    off = 0
+    for i in range(2000):
+        x, y = float(pt[i]), float(pd[i])
+        assert _accepts(float(a[i]), x, y) == bool(a[i] < a[i]) is False
+        assert _accepts(float(below[i]), x, y) == bool(below[i] < a[i])
+        off += float(a[i]) != min(1.0, x / max(y, 1e-38))  # where double's quotient is not float32's
+    assert off > 500

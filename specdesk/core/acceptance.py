@@ -12,6 +12,8 @@ mass: p_draft = one-hot(x). Greedy decoding is the limit where both distribution
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
 from specdesk.core import kernels
@@ -109,6 +111,8 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
     (k, H) over those tokens, with ``draft_pos`` (k,) each drafted token's column: the same rule on the same numbers,
     without widening each row to the vocabulary (~60 us a step for SmolLM2's 8,192-token head).
     """
+    if draws is None and _plain_cpu(p_target, p_draft):
+        return _verify_sampled_cpu(p_target, p_draft, draft_tokens, generator, draft_ids, draft_pos)
     draws = draws or Draws(generator)
     k = draft_tokens.shape[0]
     if k == 0:
@@ -125,3 +129,73 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
         dist = residual_distribution(p_target[n], p_draft[n], draft_ids)
     nxt = draws.categorical(dist)
     return n, torch.cat([draft_tokens[:n], nxt]).tolist()
+
+
+_TINY = torch.finfo(torch.float32).tiny
+
+
+def _plain_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None) -> bool:
+    """Whether verify_sampled's float32 CPU form applies: contiguous float32 rows on a CPU where the kernels build."""
+    ok = p_target.dtype == torch.float32 and p_target.device.type == "cpu" and p_target.is_contiguous()
+    if p_draft is not None:
+        ok = ok and p_draft.dtype == torch.float32 and p_draft.device.type == "cpu" and p_draft.is_contiguous()
+    return ok and kernels.available()
+
+
+def _f32(x: float) -> float:
+    """x rounded to float32 (round to nearest even): the value torch's float32 operation gives."""
+    return ctypes.c_float(x).value
+
+
+def _accepts(u: float, pt: float, pd: float) -> bool:
+    """u < min(1, pt / max(pd, tiny)) as torch computes it in float32 (accept_probability, then the comparison)."""
+    return u < min(1.0, _f32(pt / max(pd, _TINY)))
+
+
+def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
+                        generator: torch.Generator | None, draft_ids: torch.Tensor | None,
+                        draft_pos: torch.Tensor | None) -> tuple[int, list[int]]:
+    """verify_sampled's rule on float32 CPU rows with the probabilities read where they lie: the same draws from
+    ``generator`` in the same order (Draws.uniform's, then one categorical draw as sampling.sample makes it) and the
+    same float32 numbers, so the same outcome, with ~5 tensor calls instead of ~25 (~0.3 ms of a sampled step right
+    after a pass on a 2-core CPU). min(1, pt / pd) is float32's quotient: a quotient of two float32 values rounded to
+    double, then to float32, is the correctly rounded float32 one (53 >= 2 * 24 + 2 bits)."""
+    k = draft_tokens.shape[0]
+    v = p_target.shape[-1]
+    if k == 0:
+        return 0, [draw_one(p_target[0], generator)]
+    tokens = draft_tokens.tolist()
+    cols = tokens if draft_pos is None else draft_pos.tolist()
+    u = torch.rand(k, generator=generator, device=p_target.device).tolist()
+    base = p_target.data_ptr()
+    n = 0
+    for i in range(k):
+        pt = ctypes.c_float.from_address(base + 4 * (i * v + tokens[i])).value
+        if p_draft is None:  # a point mass
+            pd = 1.0
+        else:
+            pd = ctypes.c_float.from_address(p_draft.data_ptr() + 4 * (i * p_draft.shape[-1] + cols[i])).value
+        if not _accepts(u[i], pt, pd):
+            break
+        n += 1
+    if n == k:
+        dist = p_target[k]  # every draft token kept: bonus token from the target
+    else:
+        row = one_hot(draft_tokens[n:n + 1], v)[0] if p_draft is None else p_draft[n]
+        dist = residual_distribution(p_target[n], row, draft_ids)
+    return n, tokens[:n] + [draw_one(dist, generator)]
+
+
+def draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """sample(probs, generator) for one float32 row on a CPU, as an int: the same uniform draw, the same walk."""
+    u = torch.rand(1, 1, generator=generator, device=probs.device, dtype=probs.dtype)
+    at = kernels.sample_one(probs, float(u))
+    return at if at is not None else _draw_torch(probs, u)
+
+
+def _draw_torch(probs: torch.Tensor, u: torch.Tensor) -> int:
+    """sampling.sample's torch form at the uniform u already drawn."""
+    cum = probs.reshape(1, -1).cumsum(-1)
+    total = cum[:, -1:]
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return int(torch.searchsorted(cum, x, right=True)[0, 0])

@@ -12,6 +12,7 @@ many leading committed positions are certainly right, so a drafter with state ro
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from specdesk.core import kernels
+from specdesk.core.acceptance import draw_one
 from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import SamplingConfig, process_logits, sample
 from specdesk.core.sequence import ModelSequence
@@ -252,6 +254,12 @@ class ModelDrafter(Drafter):
                 else:
                     q, tok = logits.softmax(-1).max(-1)
                     tok = tok.view(1)
+            elif by_ids:  # the draw as an int (acceptance._draw: sample's draw and walk), its probability read
+                p = process_logits(logits, sampling)  # (vocab,) float32
+                at = draw_one(p, generator)
+                probs.append(p)
+                q = p[at] if p.dtype != torch.float32 else ctypes.c_float.from_address(p.data_ptr() + 4 * at).value
+                tok = torch.tensor([at], dtype=torch.long)
             else:
                 p = process_logits(logits, sampling)  # (vocab,)
                 tok = sample(p, generator).view(1)

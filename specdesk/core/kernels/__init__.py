@@ -255,6 +255,18 @@ def sample_rows(probs, u):
     return torch.tensor(out, dtype=torch.int64)
 
 
+def sample_one(probs, u: float) -> int | None:
+    """:func:`sample_rows` for one float32 row (V,) at the uniform ``u``, as an int; None where it does not run."""
+    import torch
+
+    lib = library() if probs.dtype == torch.float32 and probs.device.type == "cpu" else None
+    if lib is None:
+        return None
+    row = probs if probs.is_contiguous() else probs.contiguous()
+    at = lib.sd_sample_f32(row.data_ptr(), row.numel(), u)
+    return at if at >= 0 else None
+
+
 def residual(p_target, p_draft, ids):
     """normalize(max(0, p_target - p_draft)) with p_draft (H,) the draft's probabilities of tokens ``ids`` (H,), 0
     elsewhere, through rows.c for float32 on a CPU where the kernels build; None elsewhere."""
