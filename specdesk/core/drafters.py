@@ -169,21 +169,28 @@ class ModelDrafter(Drafter):
         """ids: (n,) -> logits (vocab,) of the last position."""
         return self.seq.feed(ids)[: self.vocab]
 
-    def _first(self, ids: list[int]) -> torch.Tensor:
+    def _first(self, ids: list[int], by_ids: bool = False) -> torch.Tensor:
         """Logits for the first drafted token: feed the committed tokens the draft has not seen yet. A step that
         follows a drafted one has 1-2 of them (the target's own token, and the last draft token after a full
-        accept); more are a catch-up, read first and timed apart (``setup_s``)."""
+        accept); more are a catch-up, read first and timed apart (``setup_s``). ``by_ids``: fed as ints
+        (:meth:`_forward_ids`)."""
         t0 = time.perf_counter()
         setup = self._pending is not None
         self._started()
         if len(ids) - self.seq.length > 2:
-            self.seq.feed(torch.tensor(ids[self.seq.length:-1], dtype=torch.long, device=self.device))
+            rest = ids[self.seq.length:-1]
+            if by_ids:
+                self.seq.feed_ids(rest)
+            else:
+                self.seq.feed(torch.tensor(rest, dtype=torch.long, device=self.device))
             setup = True
         if setup:
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             self.setup_s = time.perf_counter() - t0
-        return self._forward(torch.tensor(ids[self.seq.length:], dtype=torch.long, device=self.device))
+        last = ids[self.seq.length:]
+        return self._forward_ids(last) if by_ids else self._forward(torch.tensor(last, dtype=torch.long,
+                                                                                 device=self.device))
 
     def _next(self, tok: torch.Tensor) -> torch.Tensor:
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
@@ -194,25 +201,11 @@ class ModelDrafter(Drafter):
         logits = self.seq.feed_ids(ids)
         return logits if logits.shape[-1] == self.vocab else logits[: self.vocab]
 
-    def _first_ids(self, ids: list[int]) -> torch.Tensor:
-        """As :meth:`_first`, through :meth:`_forward_ids`."""
-        t0 = time.perf_counter()
-        setup = self._pending is not None
-        self._started()
-        if len(ids) - self.seq.length > 2:
-            self.seq.feed_ids(ids[self.seq.length:-1])
-            setup = True
-        if setup:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-            self.setup_s = time.perf_counter() - t0
-        return self._forward_ids(ids[self.seq.length:])
-
     def _propose_greedy(self, ids: list[int], k: int, keep: KeepDrafting | None) -> Proposal:
         """A greedy chain (no sibling leaves) with the tokens as ints from the draft's logits to the next forward:
         the same tokens as the general loop (the first largest logit; with ``keep``, the probability softmax gives
         it), with no tensor between one forward and the next but the logits."""
-        logits = self._first_ids(ids)
+        logits = self._first(ids, by_ids=True)
         head = self._head_list
         tokens: list[int] = []
         confidences: list[float] = []
@@ -240,7 +233,7 @@ class ModelDrafter(Drafter):
         by_ids = self.ids_path and self.device.type == "cpu"
         if by_ids and sampling.greedy and not any(w > 1 for w in widths[:k]):
             return self._propose_greedy(ids, k, keep)
-        logits = self._first_ids(ids) if by_ids else self._first(ids)
+        logits = self._first(ids, by_ids=True) if by_ids else self._first(ids)
         tokens, probs, confidences, leaves, cols = [], [], [], [], []
         for i in range(k):
             if i < len(widths) and widths[i] > 1:
@@ -254,11 +247,11 @@ class ModelDrafter(Drafter):
                 else:
                     q, tok = logits.softmax(-1).max(-1)
                     tok = tok.view(1)
-            elif by_ids:  # the draw as an int (acceptance._draw: sample's draw and walk), its probability read
+            elif by_ids:  # the draw as an int (acceptance.draw_one: sample's draw and walk), its probability read
                 p = process_logits(logits, sampling)  # (vocab,) float32
                 at = draw_one(p, generator)
                 probs.append(p)
-                q = p[at] if p.dtype != torch.float32 else ctypes.c_float.from_address(p.data_ptr() + 4 * at).value
+                q = ctypes.c_float.from_address(p.data_ptr() + 4 * at).value  # p: contiguous float32
                 tok = torch.tensor([at], dtype=torch.long)
             else:
                 p = process_logits(logits, sampling)  # (vocab,)
