@@ -17,7 +17,7 @@ import ctypes
 import torch
 
 from specdesk.core import kernels
-from specdesk.core.sampling import sample
+from specdesk.core.sampling import draw_one, sample
 
 
 def accept_probability(p_target: torch.Tensor, p_draft: torch.Tensor, tokens: torch.Tensor,
@@ -184,18 +184,3 @@ def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, dr
         row = one_hot(draft_tokens[n:n + 1], v)[0] if p_draft is None else p_draft[n]
         dist = residual_distribution(p_target[n], row, draft_ids)
     return n, tokens[:n] + [draw_one(dist, generator)]
-
-
-def draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """sample(probs, generator) for one float32 row on a CPU, as an int: the same uniform draw, the same walk."""
-    u = torch.rand(1, 1, generator=generator, device=probs.device, dtype=probs.dtype)
-    at = kernels.sample_one(probs, float(u))
-    return at if at is not None else _draw_torch(probs, u)
-
-
-def _draw_torch(probs: torch.Tensor, u: torch.Tensor) -> int:
-    """sampling.sample's torch form at the uniform u already drawn."""
-    cum = probs.reshape(1, -1).cumsum(-1)
-    total = cum[:, -1:]
-    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return int(torch.searchsorted(cum, x, right=True)[0, 0])

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from specdesk.core import kernels
-from specdesk.core.acceptance import draw_one
 from specdesk.core.ngram import NgramIndex
-from specdesk.core.sampling import SamplingConfig, process_logits, sample
+from specdesk.core.sampling import SamplingConfig, draw_one, process_logits, sample
 from specdesk.core.sequence import ModelSequence
 
 
@@ -247,17 +246,16 @@ class ModelDrafter(Drafter):
                 else:
                     q, tok = logits.softmax(-1).max(-1)
                     tok = tok.view(1)
-            elif by_ids:  # the draw as an int (acceptance.draw_one: sample's draw and walk), its probability read
-                p = process_logits(logits, sampling)  # (vocab,) float32
-                at = draw_one(p, generator)
-                probs.append(p)
-                q = ctypes.c_float.from_address(p.data_ptr() + 4 * at).value  # p: contiguous float32
-                tok = torch.tensor([at], dtype=torch.long)
             else:
-                p = process_logits(logits, sampling)  # (vocab,)
-                tok = sample(p, generator).view(1)
+                p = process_logits(logits, sampling)  # (vocab,) float32
                 probs.append(p)
-                q = p[tok[0]]
+                if by_ids:  # the draw as an int (draw_one: sample's draw and walk), its probability read in place
+                    at = draw_one(p, generator)
+                    q = ctypes.c_float.from_address(p.data_ptr() + 4 * at).value
+                    tok = torch.tensor([at], dtype=torch.long)
+                else:
+                    tok = sample(p, generator).view(1)
+                    q = p[tok[0]]
             if self.head_ids is not None:
                 cols.append(tok)
                 tok = self.head_ids[tok]  # head position -> token id

@@ -285,13 +285,9 @@ class LeanDecoder:
         # position t sees slots 0 .. p0 + t, as a one-position step would (forward's spans)
         prefix = (ctypes.c_int64 * n)(*range(p0 + 1, end + 1))
         offsets = (ctypes.c_int64 * (n + 1))()
-        table, lib = self._layers_c
         rot = p0 * self._rot_row
-        if lib.sd_forward(x.data_ptr(), n, table, len(self.layers), x.shape[1], self.n_heads, self.n_kv,
-                          self.head_dim, self._cos_ptr + rot, self._sin_ptr + rot, self.capacity * self.head_dim, p0,
-                          ctypes.addressof(prefix), ctypes.addressof(offsets), ctypes.addressof(self._no_extras),
-                          self.scale, self.eps, torch.get_num_threads()) != 0:
-            raise MemoryError("out of memory in the decoder's layers kernel")
+        self._layers_call(x, p0, self._cos_ptr + rot, self._sin_ptr + rot, ctypes.addressof(prefix),
+                          ctypes.addressof(offsets), ctypes.addressof(self._no_extras))
         self.length = end
         return self._head(self._norm(x if every or n == 1 else x[-1:], self.final_norm), every)
 
@@ -371,11 +367,7 @@ class LeanDecoder:
         one_call = plan is not None and self.layers_in_one_call
         if one_call:
             x = x.to(self.embed.dtype).clone(memory_format=torch.contiguous_format)  # updated in place
-            table, lib = self._layers_c
-            if lib.sd_forward(x.data_ptr(), n, table, len(self.layers), x.shape[1], hq, hk, hd, cos.data_ptr(),
-                              sin.data_ptr(), self.capacity * hd, p0, *plan[1:4], self.scale, self.eps,
-                              torch.get_num_threads()) != 0:
-                raise MemoryError("out of memory in the decoder's layers kernel")
+            self._layers_call(x, p0, cos.data_ptr(), sin.data_ptr(), *plan[1:4])
         for L in (() if one_call else self.layers):
             h = self._norm(x, L["ln1"])
             qkv = self._linear_many(h, L["qkv"])  # (n, (hq + 2 hk) * hd)
@@ -413,6 +405,17 @@ class LeanDecoder:
             self.hidden[p0:end] = normed
             return self._head(normed if every else normed[-1:], every)
         return self._head(self._norm(x if every else x[-1:], self.final_norm), every)
+
+    def _layers_call(self, x: torch.Tensor, p0: int, cos: int, sin: int, prefix: int, offsets: int,
+                     extras: int) -> None:
+        """Every layer in one call of layers.c on x (n, hidden) bfloat16, updated in place, its rows going to cache
+        slots p0 ..; cos, sin: addresses of the rows' rotary tables; prefix, offsets, extras: addresses of the
+        attention plan's arrays (sd_attend's)."""
+        table, lib = self._layers_c
+        if lib.sd_forward(x.data_ptr(), x.shape[0], table, len(self.layers), x.shape[1], self.n_heads, self.n_kv,
+                          self.head_dim, cos, sin, self.capacity * self.head_dim, p0, prefix, offsets, extras,
+                          self.scale, self.eps, torch.get_num_threads()) != 0:
+            raise MemoryError("out of memory in the decoder's layers kernel")
 
     def _attention(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None,
                    group: int) -> torch.Tensor:

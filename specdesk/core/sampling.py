@@ -70,12 +70,25 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
     fast = kernels.sample_rows(flat, u.view(-1))  # None but for float32 rows on a CPU with the kernels
     if fast is not None:
         return fast.reshape(probs.shape[:-1])
+    return _walk(flat, u).reshape(probs.shape[:-1])
+
+
+def draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """:func:`sample` for one row (V,), as an int: the same uniform draw and the same walk, without the tensors
+    around them where rows.c takes the row (each torch call right after a pass costs several times its own work)."""
+    u = torch.rand(1, 1, generator=generator, device=probs.device, dtype=probs.dtype)
+    at = kernels.sample_one(probs, float(u))
+    return at if at is not None else int(_walk(probs.reshape(1, -1), u)[0, 0])
+
+
+def _walk(flat: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The inverse-CDF walk in torch: rows (N, V), uniforms (N, 1) -> (N, 1) int64."""
     cum = flat.cumsum(-1)  # (N, V)
     total = cum[:, -1:]
     u = u * total
     # u * total may round up to the total itself: held just under it, u then falls to the last token with mass
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cum, u, right=True).reshape(probs.shape[:-1])
+    return torch.searchsorted(cum, u, right=True)
 
 
 def make_generator(device: torch.device, seed: int) -> torch.Generator:

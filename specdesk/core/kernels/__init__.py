@@ -173,12 +173,18 @@ def status() -> str:
     return _state[_march()][1]
 
 
+def _for(t, dtype):
+    """The kernels library for a CPU tensor ``t`` of ``dtype`` where it builds; None for anything else (the caller's
+    torch form)."""
+    return library() if t.dtype == dtype and t.device.type == "cpu" else None
+
+
 def argmax(logits):
     """logits (..., V) -> the index of each row's first largest value, as ``logits.argmax(dim=-1)``: through
     rows.c for bfloat16 on a CPU where the kernels build (~10 us a SmolLM2 row against torch's ~180), else torch's."""
     import torch
 
-    lib = library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    lib = _for(logits, torch.bfloat16)
     if lib is None:
         return logits.argmax(dim=-1)
     rows = logits.contiguous()
@@ -194,7 +200,7 @@ def argmax_list(logits) -> list[int]:
     (q4 SmolLM2 on a 2-core AMD EPYC: argmax of a row ~60 us there against ~13 alone); this is one C call."""
     import torch
 
-    lib = library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    lib = _for(logits, torch.bfloat16)
     if lib is None:
         return logits.argmax(dim=-1).flatten().tolist()
     rows = logits if logits.is_contiguous() else logits.contiguous()
@@ -211,7 +217,7 @@ def top_probability(logits) -> tuple[int, float]:
     probability from :func:`softmax`'s float32 row); torch's ``softmax(-1).max(-1)`` elsewhere."""
     import torch
 
-    lib = library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    lib = _for(logits, torch.bfloat16)
     if lib is None:
         q, i = logits.softmax(-1).max(-1)
         return int(i), float(q)
@@ -229,7 +235,7 @@ def softmax(logits, temperature: float):
     (..., V) -> (..., V); None elsewhere (the caller's torch form)."""
     import torch
 
-    lib = library() if logits.dtype == torch.bfloat16 and logits.device.type == "cpu" else None
+    lib = _for(logits, torch.bfloat16)
     if lib is None or logits.numel() == 0:
         return None
     rows = logits.contiguous()
@@ -244,7 +250,7 @@ def sample_rows(probs, u):
     through rows.c on a CPU where the kernels build, as an (N,) int64 tensor; None elsewhere."""
     import torch
 
-    lib = library() if probs.dtype == torch.float32 and probs.device.type == "cpu" else None
+    lib = _for(probs, torch.float32)
     if lib is None:
         return None
     rows = probs.contiguous()
@@ -259,7 +265,7 @@ def sample_one(probs, u: float) -> int | None:
     """:func:`sample_rows` for one float32 row (V,) at the uniform ``u``, as an int; None where it does not run."""
     import torch
 
-    lib = library() if probs.dtype == torch.float32 and probs.device.type == "cpu" else None
+    lib = _for(probs, torch.float32)
     if lib is None:
         return None
     row = probs if probs.is_contiguous() else probs.contiguous()
