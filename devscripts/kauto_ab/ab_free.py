@@ -18,7 +18,7 @@ from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import build_suite, chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, side_by_side  # noqa: E402
+from harness import Controllers, side_by_side, taught  # noqa: E402
 
 
 class BeatsModel(AdaptiveK):
@@ -51,15 +51,11 @@ e.warm_up()
 suite = chat_suite(8) if kind == "chat" else [p for p in build_suite(3, tokenizer=e.tokenizer)
                                               if p.category in ("completion", "editing", "prose")]
 prompts = [prompt_ids(e, p) for p in suite]
-mode = "greedy" if temperature == 0 else "sampled"
 arms = {"model": ("model", AdaptiveK), "shipped": ("model+lookup", AdaptiveK), "beats-model": ("model+lookup", BeatsModel)}
 
 
 def make(name: str) -> AdaptiveK:
-    ctl = arms[name][1]()
-    if mode == "greedy":
-        ctl.learn_costs_from(e._costs, draft=True)
-    return ctl
+    return taught(arms[name][1](), e, temperature)
 
 
 ctls = Controllers(make, always_reset=True)

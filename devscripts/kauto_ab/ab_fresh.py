@@ -22,7 +22,7 @@ from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, side_by_side  # noqa: E402
+from harness import Controllers, side_by_side, taught  # noqa: E402
 
 
 class Fresh(AdaptiveK):
@@ -100,10 +100,7 @@ arms = {"shipped": AdaptiveK, sys.argv[4]: {"fresh": Fresh, "mixture": Mixture}[
 
 
 def make(name: str) -> AdaptiveK:
-    ctl = arms[name]()
-    if temperature == 0:
-        ctl.learn_costs_from(e._costs, draft=True)
-    return ctl
+    return taught(arms[name](), e, temperature)
 
 
 ctls = Controllers(make)

@@ -17,7 +17,7 @@ from specdesk.core.bench.suite import chat_suite
 from specdesk.core.drafters import LookupFirstDrafter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, side_by_side  # noqa: E402
+from harness import Controllers, side_by_side, taught  # noqa: E402
 
 G, temperature, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 e = specdesk.load(G, "resources/models/smollm2-135m-instruct-draft", device="cpu", target_quant="q4")
@@ -29,10 +29,7 @@ defaults = LookupFirstDrafter.__init__.__defaults__
 
 
 def make(name: str) -> AdaptiveK:
-    ctl = AdaptiveK()
-    if temperature == 0:
-        ctl.learn_costs_from(e._costs, draft=True)
-    return ctl
+    return taught(AdaptiveK(), e, temperature)
 
 
 ctls = Controllers(make)

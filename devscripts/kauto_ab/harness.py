@@ -52,3 +52,11 @@ class Controllers:
             ctl.reset_acceptance()
         self.untouched.discard(name)
         return ctl
+
+
+def taught(ctl, engine, temperature: float):
+    """``ctl`` with the engine's warm-up lesson's costs where decoding is greedy, as the engine makes its k=auto
+    controllers (sampled ones start untaught)."""
+    if temperature == 0:
+        ctl.learn_costs_from(engine._costs, draft=True)
+    return ctl
