@@ -445,13 +445,14 @@ def test_fed_as_ints_a_pass_gives_the_bits_of_the_tensor_form(models_dir, arch, 
                       seed=23, arch=arch)
     model = load_model(str(path), quant="q4", device="cpu").model
     ids = torch.randint(3, 4000, (200,), generator=torch.Generator().manual_seed(6)).tolist()
-    decs = [LeanDecoder(model, 300) for _ in range(2)]
-    assert decs[0]._fast_ids
+    decs = [LeanDecoder(model, 300) for _ in range(3)]
+    assert decs[0]._fast_ids and decs[0]._ends is not None  # the whole pass in one call (sd_forward_ids)
+    decs[2]._ends = None  # the layers in one call, the embedding rows, final norm and head around it from Python
     outs = []
     with torch.inference_mode():
         for i, dec in enumerate(decs):
             def feed(part, every=False):
-                return dec.forward_ids(part, every) if i == 0 else dec.forward(torch.tensor(part), every)
+                return dec.forward(torch.tensor(part), every) if i == 1 else dec.forward_ids(part, every)
             got = [feed(ids[:150])]  # a prefill
             got += [feed(ids[150 + j:151 + j]) for j in range(3)]
             got.append(feed(ids[153:158], every=True))  # a verify pass
@@ -460,12 +461,48 @@ def test_fed_as_ints_a_pass_gives_the_bits_of_the_tensor_form(models_dir, arch, 
             got.append(feed(ids[155:157], every=True))  # after a rollback
             got += [L[c][:, :, :dec.length].clone() for L in dec.layers for c in ("k", "v")]
             outs.append(got)
-    for a, b in zip(*outs):
-        assert a.shape == b.shape and torch.equal(a, b)
+    for a, b, c in zip(*outs):
+        assert a.shape == b.shape == c.shape and torch.equal(a, b) and torch.equal(c, b)
     assert outs[0][1].dim() == 1 and outs[0][4].shape[0] == 5 and outs[0][5].dim() == 1
     assert not torch.equal(outs[0][1], outs[0][2])  # the steps did differ from each other
     with pytest.raises(ValueError):
         decs[0].forward_ids([])
+
+
+def test_greedys_reading_from_the_passs_own_call_is_argmax_and_softmax_of_its_logits(models_dir, march):
+    """top_ids (sd_forward_ids computing each row's argmax and its probability in the pass's own call) reads what
+    kernels.argmax_list and kernels.top_probability read from forward_ids' logits of the same pass: every row of a
+    verify, the last row of several, within a limit of the head's rows; a token id outside the embedding table is
+    an IndexError that leaves the sequence as it was."""
+    from specdesk.core.fastdraft import LeanDecoder
+
+    path = make_llama(models_dir / "tops", hidden=128, layers=2, heads=4, kv_heads=2, intermediate=96, seed=29)
+    model = load_model(str(path), quant="q4", device="cpu").model
+    ids = torch.randint(3, 4000, (120,), generator=torch.Generator().manual_seed(8)).tolist()
+    dec = LeanDecoder(model, 200)
+    assert dec._ends is not None
+    with torch.inference_mode():
+        dec.forward_ids(ids[:100])
+        for part, every, limit in (([ids[100]], False, None), (ids[101:105], True, None), (ids[105:108], False, None),
+                                   (ids[108:111], True, 700)):
+            n0 = dec.length
+            logits = dec.forward_ids(part, every)
+            dec.crop(n0)
+            top, prob = dec.top_ids(part, every, prob=True, limit=limit)
+            assert dec.length == n0 + len(part)
+            dec.crop(n0)
+            rows = logits if every else logits[None]
+            rows = rows[:, :limit] if limit else rows
+            assert top == kernels.argmax_list(rows) and len(top) == (len(part) if every else 1)
+            assert prob == [kernels.top_probability(r)[1] for r in rows]
+            assert dec.top_ids(part, every, limit=limit) == (top, None)
+            dec.crop(n0 + len(part))
+            if limit:  # the limit changed what was read
+                assert max(top) < limit <= max(kernels.argmax_list(logits))
+        n0 = dec.length
+        with pytest.raises(IndexError):
+            dec.top_ids([5, dec.embed.shape[0]])
+        assert dec.length == n0
 
 
 def test_argmax_as_a_list_and_the_top_tokens_probability(march):
@@ -509,17 +546,37 @@ def test_a_greedy_drafts_tokens_are_the_same_fed_as_ints_or_as_tensors(q4_pair, 
     assert out[True][2] == pytest.approx(out[False][2], rel=1e-2)  # torch's softmax in bfloat16 there
 
 
-def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_pair, march, monkeypatch):
-    """At a temperature, the draft's draws as ints and verify_sampled's float32 CPU form consume the generator as
-    the tensor forms do and decide alike: the same seed gives the same reply either way (draft, prompt lookup,
-    and the two together)."""
-    from specdesk.core import acceptance, drafters
+@pytest.mark.parametrize("head", ["wide", "reduced"])
+def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_pair, models_dir, head, march,
+                                                                             monkeypatch):
+    """At a temperature, the draft's chain as ints (softmax and draw in one call, ModelDrafter._propose_sampled) and
+    the verification from the target's logits in one call (verify_sampled_logits) consume the generator as the
+    tensor forms do and decide alike: the same seed gives the same reply either way (draft, prompt lookup, and the
+    two together; a draft over the whole vocabulary and a distilled one with a reduced head)."""
+    from specdesk.core import acceptance, decode, drafters
+    from specdesk.core.sampling import process_logits
 
-    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+    target, draft = q4_pair
+    if head == "reduced":
+        from specdesk.core.distill.draft import build_draft, save_draft
+
+        loaded = load_model(str(target), device="cpu")
+        ids = torch.randperm(4096, generator=torch.Generator().manual_seed(2))[:300]
+        draft = models_dir / "sampled-reduced-draft"
+        if not draft.exists():
+            save_draft(build_draft(loaded.model, 1, ids), draft, loaded, head_ids=ids, target_sha256="0" * 64,
+                       target_source=target)
+    engine = specdesk.load(str(target), str(draft), device="cpu", target_quant="q4")
+    assert (engine._model_drafter.head_ids is not None) == (head == "reduced")
+
+    def general(logits, sampling, *a, **kw):
+        return acceptance.verify_sampled(process_logits(logits, sampling), *a, **kw)
+
     runs = {}
     for by_ids in (True, False):
         monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
         monkeypatch.setattr(acceptance, "_plain_cpu", acceptance._plain_cpu if by_ids else (lambda *a: False))
+        monkeypatch.setattr(decode, "verify_sampled_logits", acceptance.verify_sampled_logits if by_ids else general)
         runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3).token_ids
                         for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
     assert runs[True] == runs[False]

@@ -227,6 +227,89 @@ def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
     assert {(k, False) for k in range(1, 5)} | {(0, True), (1, True)} <= seen
 
 
+@pytest.mark.skipif(not kernels.available(), reason="the one-call form runs with specdesk's own kernels")
+@pytest.mark.parametrize("kind", ["wide", "reduced", "point"])
+def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_draw(kind):
+    """verify_sampled_logits (the target's bfloat16 logits at a temperature alone, rows.c's sd_verify_sampled: each
+    row's softmax only when reached, the acceptance test in float32, the residual and the draw) gives what the general
+    form gives on process_logits' distributions with the same generator state, and leaves the generator where it
+    does: accepts, rejections, bonus tokens, ratios near 1; with top-k it is the general form itself."""
+    from specdesk.core.acceptance import Draws, verify_sampled_logits
+    from specdesk.core.sampling import SamplingConfig, process_logits
+
+    rng = torch.Generator().manual_seed(11)
+    seen = set()
+    for case in range(300):
+        v = 64 if case % 2 else 700
+        k = case % 5
+        cfg = SamplingConfig(temperature=(0.7, 1.0, 1.6)[case % 3], top_k=5 if case % 50 == 7 else 0)
+        logits = (torch.randn(k + 1, v, generator=rng) * 2).bfloat16()
+        p_t = process_logits(logits, cfg)
+        ids = pos = None
+        if kind == "point":
+            tokens = torch.randint(0, v, (k,), generator=rng)
+            if case % 4 == 0 and k:
+                tokens = torch.multinomial(p_t[:k], 1, generator=rng)[:, 0]  # accepted now and then
+            p_d = None
+        elif kind == "wide":
+            p_d = torch.softmax(torch.randn(k, v, generator=rng) * 2, -1)
+            if case % 3 == 0:
+                p_d = (p_t[:k] * (1 + 1e-3 * torch.randn(k, v, generator=rng))).clamp_min(0)  # ratios near 1
+                p_d /= p_d.sum(-1, keepdim=True)
+            tokens = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
+        else:
+            ids = torch.randperm(v, generator=rng)[: v // 3].sort().values
+            p_d = torch.softmax(torch.randn(k, ids.numel(), generator=rng) * 2, -1)
+            if case % 3 == 0:
+                p_d = p_t[:k, ids] * (1 + 1e-3 * torch.randn(k, ids.numel(), generator=rng))
+                p_d = (p_d / p_d.sum(-1, keepdim=True)).contiguous()
+            pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
+            tokens = ids[pos]
+        seed = 2000 + case
+        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        fast = verify_sampled_logits(logits, cfg, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
+        slow = verify_sampled(p_t, p_d, tokens, g2, draws=Draws(g2), draft_ids=ids, draft_pos=pos)
+        assert fast == slow, (case, fast, slow)
+        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
+        seen.add((k, fast[0] == k))
+    assert {(k, False) for k in range(1, 5)} | {(0, True), (1, True)} <= seen
+
+
+@pytest.mark.skipif(not kernels.available(), reason="the one-call form runs with specdesk's own kernels")
+def test_the_one_call_forms_acceptance_test_is_float32s_at_the_boundary():
+    """sd_verify_sampled rejects a drafted token whose uniform equals min(1, pt / pd) in float32 exactly and accepts
+    it one float32 step above that: the draft's probability is set so that the quotient is the uniform the generator
+    will give."""
+    from specdesk.core.acceptance import verify_sampled_logits
+    from specdesk.core.sampling import SamplingConfig, process_logits
+
+    cfg = SamplingConfig(temperature=0.8)
+    logits = (torch.randn(2, 40, generator=torch.Generator().manual_seed(5)) * 2).bfloat16()
+    pt = process_logits(logits, cfg)[0]
+    tok = int(pt.argmax())
+    ids = torch.tensor(sorted(set(range(0, 40, 3)) | {tok}))  # the reduced head's tokens; tok among them
+    col = int((ids == tok).nonzero())
+    done = {}
+    for seed in range(40):
+        u = float(torch.rand(1, generator=torch.Generator().manual_seed(seed)))
+        pd = torch.tensor([pt[tok] / u], dtype=torch.float32)
+        for _ in range(8):  # the float32 pd whose float32 quotient pt / pd is u exactly
+            q = float(pt[tok] / pd)
+            if q == u:
+                break
+            pd = torch.nextafter(pd, torch.tensor([0.0 if q < u else 2.0]))
+        if float(pt[tok] / pd) != u or u >= 1.0:
+            continue
+        for at_u in (True, False):
+            row = torch.full((1, ids.numel()), 1e-3)
+            row[0, col] = pd if at_u else torch.nextafter(pd, torch.tensor([0.0]))  # quotient u, or a step above
+            got = verify_sampled_logits(logits, cfg, row, torch.tensor([tok]), torch.Generator().manual_seed(seed),
+                                        draft_ids=ids, draft_pos=torch.tensor([col]))
+            done[(seed, at_u)] = got[0]
+    assert len(done) >= 20
+    assert all(n == (0 if at_u else 1) for (_, at_u), n in done.items())
+
+
 def test_the_cpu_forms_acceptance_test_is_torchs_float32_one_at_the_boundary():
     """A uniform exactly at min(1, pt / pd) (float32) is rejected and one float32 step under it accepted, as torch's
     float32 quotient and comparison decide, for quotients that double arithmetic alone would round otherwise."""

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 import torch
 
 from specdesk.core import kernels
-from specdesk.core.acceptance import verify_greedy, verify_sampled
+from specdesk.core.acceptance import verify_greedy, verify_sampled_logits
 from specdesk.core.detok import IncrementalDetokenizer
 from specdesk.core.drafters import Drafter
 from specdesk.core.events import DoneEvent, Event, GenerationStats, PrefillEvent, StepEvent
 from specdesk.core.ngram import NgramIndex
-from specdesk.core.sampling import make_generator, process_logits
+from specdesk.core.sampling import make_generator
 from specdesk.core.settings import MAX_K, GenerationSettings
 from specdesk.core.stops import StopStrings
 from specdesk.core.target import TargetRunner
@@ -110,15 +110,19 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         else:
             if on_cpu:  # the tokens as ints (target.verify_ids): fewer tensor calls, each dear right after a pass
                 drafts = proposal.tokens.tolist() if m else []
-                logits = target.verify_ids([ids[-1], *drafts])  # (m+1, V)
+                if sampling.greedy:  # the argmax from the pass's own call, no logits tensor (verify_top_ids)
+                    top = target.verify_top_ids([ids[-1], *drafts])
+                else:
+                    logits = target.verify_ids([ids[-1], *drafts])  # (m+1, V)
             else:
                 drafts = proposal.tokens
                 logits = target.verify(torch.cat([last, proposal.tokens]) if m else last)  # (m+1, V)
+                top = kernels.argmax(logits) if sampling.greedy else None
             if sampling.greedy:
-                n, emitted = verify_greedy(kernels.argmax_list(logits) if on_cpu else kernels.argmax(logits), drafts)
+                n, emitted = verify_greedy(top, drafts)
             else:
-                n, emitted = verify_sampled(process_logits(logits, sampling), proposal.probs, proposal.tokens,
-                                            generator, draft_ids=proposal.prob_ids, draft_pos=proposal.prob_pos)
+                n, emitted = verify_sampled_logits(logits, sampling, proposal.probs, proposal.tokens, generator,
+                                                   draft_ids=proposal.prob_ids, draft_pos=proposal.prob_pos)
             target.rollback(m - n)
             chain_kept = n
         sync()

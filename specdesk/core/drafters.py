@@ -21,7 +21,7 @@ import torch
 
 from specdesk.core import kernels
 from specdesk.core.ngram import NgramIndex
-from specdesk.core.sampling import SamplingConfig, draw_one, process_logits, sample
+from specdesk.core.sampling import SamplingConfig, draw_at, draw_one, process_logits, sample
 from specdesk.core.sequence import ModelSequence
 
 
@@ -173,6 +173,12 @@ class ModelDrafter(Drafter):
         follows a drafted one has 1-2 of them (the target's own token, and the last draft token after a full
         accept); more are a catch-up, read first and timed apart (``setup_s``). ``by_ids``: fed as ints
         (:meth:`_forward_ids`)."""
+        last = self._catch_up(ids, by_ids)
+        return self._forward_ids(last) if by_ids else self._forward(torch.tensor(last, dtype=torch.long,
+                                                                                 device=self.device))
+
+    def _catch_up(self, ids: list[int], by_ids: bool) -> list[int]:
+        """:meth:`_first`'s catch-up; returns the 1-2 tokens left for the first drafted token's forward."""
         t0 = time.perf_counter()
         setup = self._pending is not None
         self._started()
@@ -187,9 +193,7 @@ class ModelDrafter(Drafter):
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             self.setup_s = time.perf_counter() - t0
-        last = ids[self.seq.length:]
-        return self._forward_ids(last) if by_ids else self._forward(torch.tensor(last, dtype=torch.long,
-                                                                                 device=self.device))
+        return ids[self.seq.length:]
 
     def _next(self, tok: torch.Tensor) -> torch.Tensor:
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
@@ -201,26 +205,24 @@ class ModelDrafter(Drafter):
         return logits if logits.shape[-1] == self.vocab else logits[: self.vocab]
 
     def _propose_greedy(self, ids: list[int], k: int, keep: KeepDrafting | None) -> Proposal:
-        """A greedy chain (no sibling leaves) with the tokens as ints from the draft's logits to the next forward:
-        the same tokens as the general loop (the first largest logit; with ``keep``, the probability softmax gives
-        it), with no tensor between one forward and the next but the logits."""
-        logits = self._first(ids, by_ids=True)
+        """A greedy chain (no sibling leaves) with the tokens as ints from one forward to the next: the same tokens
+        as the general loop (the first largest logit; with ``keep``, the probability softmax gives it), read by the
+        forward's own call where the lean decoder can (sequence.feed_ids_top), with no tensor in between."""
+        feed = self._catch_up(ids, by_ids=True)
         head = self._head_list
         tokens: list[int] = []
         confidences: list[float] = []
         for i in range(k):
-            if keep is None:
-                at = kernels.argmax_list(logits)[0]
-            else:
-                at, q = kernels.top_probability(logits)
+            top, prob = self.seq.feed_ids_top(feed, prob=keep is not None, limit=self.vocab)
+            at = top[0]
             tok = head[at] if head is not None else at
             tokens.append(tok)
             if keep is not None:
+                q = prob[0]
                 confidences.append(q)
                 if not keep(i + 1, q, tok):
                     break
-            if i + 1 < k:
-                logits = self._forward_ids([tok])
+            feed = [tok]
         return Proposal(torch.tensor(tokens, dtype=torch.long, device=self.device), confidences=tuple(confidences),
                         setup_s=self.setup_s)
 
@@ -232,6 +234,8 @@ class ModelDrafter(Drafter):
         by_ids = self.ids_path and self.device.type == "cpu"
         if by_ids and sampling.greedy and not any(w > 1 for w in widths[:k]):
             return self._propose_greedy(ids, k, keep)
+        if by_ids and sampling.temperature_only:
+            return self._propose_sampled(ids, k, sampling, generator, keep)
         logits = self._first(ids, by_ids=True) if by_ids else self._first(ids)
         tokens, probs, confidences, leaves, cols = [], [], [], [], []
         for i in range(k):
@@ -270,12 +274,48 @@ class ModelDrafter(Drafter):
         conf = tuple(confidences)
         if sampling.greedy:
             return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]), setup_s=self.setup_s)
-        p = torch.stack(probs)  # (m, vocab), or (m, H) over a reduced head's tokens
-        if self.head_ids is not None:  # (m, H) over the head's tokens: verify_sampled reads them where they are
-            return Proposal(out, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=torch.cat(cols))
+        return self._sampled(out, torch.stack(probs), conf, torch.cat(cols) if cols else None)
+
+    def _sampled(self, tokens: torch.Tensor, p: torch.Tensor, conf: tuple[float, ...],
+                 cols: torch.Tensor | None) -> Proposal:
+        """A sampled chain's proposal: p (m, vocab) its distributions, or (m, H) over a reduced head's tokens with
+        ``cols`` (m,) each drafted token's column (verify_sampled reads them where they are)."""
+        if self.head_ids is not None:
+            return Proposal(tokens, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=cols)
         if self.target_vocab > self.vocab:
             p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
-        return Proposal(out, p, conf, setup_s=self.setup_s)
+        return Proposal(tokens, p, conf, setup_s=self.setup_s)
+
+    def _propose_sampled(self, ids: list[int], k: int, sampling, generator, keep: KeepDrafting | None) -> Proposal:
+        """A chain sampled at a temperature alone with the tokens as ints: per drafted token the forward, the uniform
+        draw_one would draw, then softmax and the draw in one call (kernels.softmax_draw) into the proposal's row of
+        probabilities: the same draws in the same order, so the same tokens and probabilities as the general loop."""
+        feed = self._catch_up(ids, by_ids=True)
+        v, head = self.vocab, self._head_list
+        probs = torch.empty(k, v, dtype=torch.float32)  # (k, vocab), or (k, H) over a reduced head's tokens
+        base = probs.data_ptr()
+        tokens: list[int] = []
+        cols: list[int] = []
+        confidences: list[float] = []
+        for i in range(k):
+            logits = self._forward_ids(feed)
+            u = torch.rand(1, 1, generator=generator, device=self.device, dtype=torch.float32)
+            at = kernels.softmax_draw(logits, sampling.temperature, float(u), base + 4 * v * i)
+            if at is None:  # torch's form (no kernels here)
+                probs[i] = process_logits(logits, sampling)
+                at = draw_at(probs[i], u)
+            tok = head[at] if head is not None else at
+            tokens.append(tok)
+            cols.append(at)
+            if keep is not None:
+                q = ctypes.c_float.from_address(base + 4 * (v * i + at)).value
+                confidences.append(q)
+                if not keep(i + 1, q, tok):
+                    break
+            feed = [tok]
+        m = len(tokens)
+        return self._sampled(torch.tensor(tokens, dtype=torch.long), probs[:m], tuple(confidences),
+                             torch.tensor(cols, dtype=torch.long))
 
     def commit(self, valid_len: int) -> None:
         if self._pending is None:  # not started: nothing read, nothing to forget

@@ -124,6 +124,23 @@ def _layer_table(lib, layers: list, products: list):
     return table, lib
 
 
+def _ends(lib, model, embed: torch.Tensor, norm: torch.Tensor):
+    """layers.c's sd_ends for this model (and the tensors its pointers need alive), or None unless its head is the
+    own kernel's product without a bias."""
+    from specdesk.core import kernels
+
+    head = model.lm_head
+    if not (isinstance(head, int4._Native) and head.bias is None and embed.is_contiguous() and norm.is_contiguous()
+            and norm.dtype == torch.bfloat16 and hasattr(lib, "sd_forward_ids")):
+        return None
+    keep = (head.packed, head.scales_zeros, head.out_map, embed, norm)
+    ends = kernels.Ends(embed.data_ptr(), embed.shape[0], norm.data_ptr(),
+                        kernels.Linear(head.KIND, head.packed.data_ptr(), head.scales_zeros.data_ptr(), 0,
+                                       head.out_features),
+                        0 if head.out_map is None else head.out_map.data_ptr())
+    return ends, keep
+
+
 class LeanDecoder:
     """One sequence: feed tokens, get next-token logits (of the last or of every fed position), crop on rejection.
 
@@ -223,6 +240,10 @@ class LeanDecoder:
             self._cos_ptr, self._sin_ptr = self.cos.data_ptr(), self.sin_signed.data_ptr()
             self._rot_row = self.head_dim * self.cos.element_size()
             self._no_extras = (ctypes.c_int64 * 1)()
+        # ... and with a q4/q8 head of the own kernel's, the embedding rows, final norm, head and (greedy) argmax in
+        # that call too (layers.c's sd_forward_ids)
+        self._ends = _ends(lib, model, self.embed, self.final_norm) if self._fast_ids else None
+        self._head_n = model.lm_head.out_features
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -274,6 +295,10 @@ class LeanDecoder:
         ~0.07 ms of a draft forward's ~0.35 went to the work around its kernels)."""
         if not self._fast_ids or self.hidden is not None:
             return self.forward(torch.tensor(ids, dtype=torch.long, device=self.embed.device), every)
+        if self._ends is not None:
+            logits = torch.empty((len(ids), self._head_n) if every else (self._head_n,), dtype=torch.bfloat16)
+            self._whole_pass(ids, every, self._head_n, logits.data_ptr(), None, None)
+            return logits
         n = len(ids)
         if n == 0:
             raise ValueError("no token to feed")
@@ -290,6 +315,52 @@ class LeanDecoder:
                           ctypes.addressof(offsets), ctypes.addressof(self._no_extras))
         self.length = end
         return self._head(self._norm(x if every or n == 1 else x[-1:], self.final_norm), every)
+
+    @torch.inference_mode()
+    def top_ids(self, ids: list[int], every: bool = False, prob: bool = False,
+                limit: int | None = None) -> tuple[list[int], list[float] | None]:
+        """As :meth:`forward_ids`, but what greedy decoding reads of the logits, as ints: each returned row's argmax
+        over its first ``limit`` logits (all: None), and with ``prob`` that logit's probability under softmax (as
+        kernels.argmax_list and kernels.top_probability give them). With the head in the layers' call, that call
+        computes them and no logits tensor is made."""
+        limit = self._head_n if limit is None else min(limit, self._head_n)
+        if self._ends is None or self.hidden is not None:
+            from specdesk.core import kernels
+
+            logits = self.forward_ids(ids, every)
+            return kernels.tops(logits[..., :limit] if limit < logits.shape[-1] else logits, prob)
+        rows = len(ids) if every else 1
+        top = (ctypes.c_int64 * rows)()
+        top_p = (ctypes.c_float * rows)() if prob else None
+        self._whole_pass(ids, every, limit, None, ctypes.addressof(top), ctypes.addressof(top_p) if prob else None)
+        return list(top), (list(top_p) if prob else None)
+
+    def _whole_pass(self, ids: list[int], every: bool, limit: int, logits, top, top_p) -> None:
+        """One call of layers.c's sd_forward_ids: embedding rows, layers, final norm, head (into ``logits``, an
+        address, or None) and, at ``top`` / ``top_p`` (addresses or None), each row's argmax over ``limit`` logits
+        and its probability."""
+        n = len(ids)
+        if n == 0:
+            raise ValueError("no token to feed")
+        p0 = self.length
+        end = p0 + n
+        if end > self.capacity:
+            raise RuntimeError("context longer than the preallocated buffer")
+        prefix = (ctypes.c_int64 * n)(*range(p0 + 1, end + 1))  # position t sees slots 0 .. p0 + t
+        offsets = (ctypes.c_int64 * (n + 1))()
+        token_ids = (ctypes.c_int64 * n)(*ids)
+        rot = p0 * self._rot_row
+        table, lib = self._layers_c
+        rc = lib.sd_forward_ids(ctypes.addressof(token_ids), n, ctypes.addressof(self._ends[0]), every, limit, logits,
+                                top, top_p, table, len(self.layers), self.embed.shape[1], self.n_heads, self.n_kv,
+                                self.head_dim, self._cos_ptr + rot, self._sin_ptr + rot, self.capacity * self.head_dim,
+                                p0, ctypes.addressof(prefix), ctypes.addressof(offsets),
+                                ctypes.addressof(self._no_extras), self.scale, self.eps, torch.get_num_threads())
+        if rc == -2:
+            raise IndexError(f"token id out of range 0 .. {self._ends[0].rows - 1}")
+        if rc != 0:
+            raise MemoryError("out of memory in the decoder's layers kernel")
+        self.length = end
 
     @torch.inference_mode()
     def forward_embeds(self, x: torch.Tensor, every: bool = False) -> torch.Tensor:

@@ -35,6 +35,11 @@ class SamplingConfig:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
+    @property
+    def temperature_only(self) -> bool:
+        """Sampling at a temperature with neither top-k nor top-p (process_logits' one-kernel case)."""
+        return not self.greedy and self.top_k == 0 and self.top_p >= 1.0
+
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     """Probabilities after temperature, top-k and top-p. logits: (..., V) -> probs (..., V), float32."""
@@ -76,9 +81,14 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tens
 def draw_one(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     """:func:`sample` for one row (V,), as an int: the same uniform draw and the same walk, without the tensors
     around them where rows.c takes the row (each torch call right after a pass costs several times its own work)."""
-    u = torch.rand(1, 1, generator=generator, device=probs.device, dtype=probs.dtype)
+    return draw_at(probs, torch.rand(1, 1, generator=generator, device=probs.device, dtype=probs.dtype))
+
+
+def draw_at(probs: torch.Tensor, u: torch.Tensor) -> int:
+    """:func:`draw_one`'s draw from one row (V,) at a uniform already drawn, ``u`` (1, 1)."""
     at = kernels.sample_one(probs, float(u))
     return at if at is not None else int(_walk(probs.reshape(1, -1), u)[0, 0])
+
 
 
 def _walk(flat: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

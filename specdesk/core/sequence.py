@@ -121,6 +121,18 @@ class ModelSequence:
             return self.decoder.forward_ids(ids, every)
         return self.feed(torch.tensor(ids, dtype=torch.long, device=self.device), every)
 
+    @torch.inference_mode()
+    def feed_ids_top(self, ids: list[int], every: bool = False, prob: bool = False,
+                     limit: int | None = None) -> tuple[list[int], list[float] | None]:
+        """What greedy decoding reads of :meth:`feed_ids`' logits: each row's argmax over its first ``limit`` logits
+        and, with ``prob``, its probability under softmax (LeanDecoder.top_ids)."""
+        if self.decoder is not None:
+            return self.decoder.top_ids(ids, every, prob, limit)
+        from specdesk.core import kernels
+
+        logits = self.feed_ids(ids, every)
+        return kernels.tops(logits[..., :limit] if limit is not None else logits, prob)
+
     @property
     def length(self) -> int:
         if self.decoder is not None:

@@ -45,6 +45,10 @@ class TargetRunner:
         logits = self.seq.feed_ids(tokens, every=True)
         return logits if logits.shape[-1] == self.vocab else logits[:, : self.vocab]
 
+    def verify_top_ids(self, tokens: list[int]) -> list[int]:
+        """Greedy's reading of :meth:`verify_ids`: each position's argmax over the vocabulary, as ints."""
+        return self.seq.feed_ids_top(tokens, every=True, limit=self.vocab)[0]
+
     @property
     def takes_trees(self) -> bool:
         """Whether this sequence verifies token trees now (the lean decoder only)."""

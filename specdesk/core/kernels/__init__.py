@@ -115,6 +115,11 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_softmax_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
     lib.sd_sample_f32.restype = ctypes.c_int64
     lib.sd_sample_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
+    lib.sd_softmax_draw.restype = ctypes.c_int64
+    lib.sd_softmax_draw.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_void_p]
+    lib.sd_verify_sampled.restype = ctypes.c_int64
+    lib.sd_verify_sampled.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float] + [
+        ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_double] + [ctypes.c_void_p] * 3
     lib.sd_residual_f32.restype = None
     lib.sd_residual_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.c_void_p]
@@ -124,6 +129,9 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_forward.restype = ctypes.c_int
     lib.sd_forward.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 5 + [
         ctypes.c_void_p] * 2 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3 + [ctypes.c_float] * 2 + [ctypes.c_int]
+    lib.sd_forward_ids.restype = ctypes.c_int
+    lib.sd_forward_ids.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64] + [
+        ctypes.c_void_p] * 3 + lib.sd_forward.argtypes[2:]
     return lib, f"{OWN} ({lib.sd_isa().decode()})"
 
 
@@ -132,6 +140,14 @@ class Linear(ctypes.Structure):
 
     _fields_ = [("kind", ctypes.c_int64), ("w", ctypes.c_void_p), ("s", ctypes.c_void_p), ("bias", ctypes.c_void_p),
                 ("n", ctypes.c_int64)]
+
+
+class Ends(ctypes.Structure):
+    """layers.c's sd_ends: what surrounds the layers in a pass for token ids (embedding table and its rows, final
+    norm weight, the head's product and its row map, 0: in order)."""
+
+    _fields_ = [("embed", ctypes.c_void_p), ("rows", ctypes.c_int64), ("norm", ctypes.c_void_p), ("head", Linear),
+                ("map", ctypes.c_void_p)]
 
 
 class Layer(ctypes.Structure):
@@ -230,6 +246,15 @@ def top_probability(logits) -> tuple[int, float]:
     return at.value, probs[at.value]
 
 
+def tops(logits, prob: bool = False) -> tuple[list[int], list[float] | None]:
+    """Greedy's reading of logits (n, V), or one row (V,): each row's first largest index (:func:`argmax_list`) and,
+    with ``prob``, its probability under softmax (:func:`top_probability`)."""
+    if not prob:
+        return argmax_list(logits), None
+    pairs = [top_probability(row) for row in (logits if logits.dim() == 2 else [logits])]
+    return [a for a, _ in pairs], [q for _, q in pairs]
+
+
 def softmax(logits, temperature: float):
     """softmax(logits / temperature) in float32 through rows.c for bfloat16 logits on a CPU where the kernels build,
     (..., V) -> (..., V); None elsewhere (the caller's torch form)."""
@@ -243,6 +268,19 @@ def softmax(logits, temperature: float):
     lib.sd_softmax_bf16(rows.data_ptr(), rows.numel() // rows.shape[-1], rows.shape[-1], 1.0 / temperature,
                         out.data_ptr())
     return out
+
+
+def softmax_draw(logits, temperature: float, u: float, out: int) -> int | None:
+    """A sampled token from one bfloat16 row (V,) on a CPU: softmax(logits / temperature) into the V float32 values
+    at address ``out`` (:func:`softmax`'s), then the draw at ``u`` (:func:`sample_one`'s), in one call. None where the
+    kernels do not run (or out of memory)."""
+    import torch
+
+    lib = _for(logits, torch.bfloat16)
+    if lib is None or not logits.is_contiguous():
+        return None
+    at = lib.sd_softmax_draw(logits.data_ptr(), logits.shape[-1], 1.0 / temperature, u, out)
+    return at if at >= 0 else None
 
 
 def sample_rows(probs, u):

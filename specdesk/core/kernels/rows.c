@@ -4,6 +4,7 @@
  *
  * rmsnorm: y = bf16(w * bf16(x * 1 / sqrt(mean(x^2) + eps))), x and w bfloat16, the mean in float32: what
  * LeanDecoder._norm computes, its sum in another order. */
+#include <float.h>
 #include <stdlib.h>
 
 #include "scalars.h" /* and immintrin.h with AVX-512 */
@@ -237,4 +238,48 @@ void sd_residual_f32(const float *pt, int64_t v, const float *pd, const int64_t 
     }
     const float inv = 1.0f / s;
     for (int64_t j = 0; j < v; j++) out[j] *= inv;
+}
+
+/* A sampled draft token: softmax(x * inv_t) of one bfloat16 row into out (sd_softmax_bf16's values), then one draw
+ * from it at u (sd_sample_f32's): what sampling.process_logits and draw_one give, in one call. Returns the index, or
+ * -1 if out of memory. */
+int64_t sd_softmax_draw(const uint16_t *x, int64_t v, float inv_t, double u, float *out) {
+    sd_softmax_bf16(x, 1, v, inv_t, out);
+    return sd_sample_f32(out, v, u);
+}
+
+/* Speculative sampling's verification from the target's logits (k + 1, v) bfloat16 at temperature 1 / inv_t, as
+ * acceptance.verify_sampled decides it on sampling.process_logits' rows: for each drafted token in turn, accept
+ * while u[i] < min(1, pt / max(pd, FLT_MIN)) in float32 (pt from softmax(row i * inv_t), pd the draft's probability:
+ * pd_rows (k, h) at column cols[i], or 1 where pd_rows is NULL, a point mass); then one draw at u_next, from the
+ * last row's distribution when every token was kept, else from the residual normalize(max(0, pt - pd)) of the
+ * first rejected row where the draft's probabilities belong to the tokens ids (h of them; sd_residual_f32). Rows
+ * after the first rejection are never computed (a third of a k=2 step's softmax work at half acceptance).
+ * probs (v floats): left holding the softmax of the row the draw comes from, or of the rejected row. Returns the
+ * number kept, with *next the drawn token, or -1 there when the residual is the caller's (no ids: a point mass or a
+ * draft over the whole vocabulary, whose residual acceptance.residual_distribution sums in torch's order);
+ * -2 if out of memory. */
+int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float inv_t, const int64_t *tokens,
+                          const float *pd_rows, int64_t h, const int64_t *cols, const int64_t *ids, const float *u,
+                          double u_next, float *probs, float *residual, int64_t *next) {
+    int64_t n = 0;
+    for (; n < k; n++) {
+        sd_softmax_bf16(logits + n * v, 1, v, inv_t, probs);
+        const float pt = probs[tokens[n]];
+        const float pd = pd_rows ? pd_rows[n * h + cols[n]] : 1.0f;
+        const float q = pt / (pd > FLT_MIN ? pd : FLT_MIN);
+        if (!(u[n] < (q < 1.0f ? q : 1.0f))) break;
+    }
+    const float *from = probs;
+    if (n == k) {
+        sd_softmax_bf16(logits + k * v, 1, v, inv_t, probs);
+    } else if (pd_rows && ids) {
+        sd_residual_f32(probs, v, pd_rows + n * h, ids, h, residual);
+        from = residual;
+    } else {
+        *next = -1;
+        return n;
+    }
+    *next = sd_sample_f32(from, v, u_next);
+    return *next < 0 ? -2 : n;
 }
