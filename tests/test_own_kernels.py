@@ -569,14 +569,22 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
     engine = specdesk.load(str(target), str(draft), device="cpu", target_quant="q4")
     assert (engine._model_drafter.head_ids is not None) == (head == "reduced")
 
-    def general(logits, sampling, *a, **kw):
-        return acceptance.verify_sampled(process_logits(logits, sampling), *a, **kw)
+    class General:  # the general form, drawing when it decides
+        scratch = None
+
+        def __init__(self, sampling, p_draft, tokens, generator, vocab, ids=None, pos=None, scratch=None):
+            self.args = sampling, p_draft, tokens, generator, ids, pos
+
+        def decide(self, logits):
+            sampling, p_draft, tokens, generator, ids, pos = self.args
+            return acceptance.verify_sampled(process_logits(logits, sampling), p_draft, tokens, generator,
+                                             draft_ids=ids, draft_pos=pos)
 
     runs = {}
     for by_ids in (True, False):
         monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
         monkeypatch.setattr(acceptance, "_plain_cpu", acceptance._plain_cpu if by_ids else (lambda *a: False))
-        monkeypatch.setattr(decode, "verify_sampled_logits", acceptance.verify_sampled_logits if by_ids else general)
+        monkeypatch.setattr(decode, "SampledCheck", acceptance.SampledCheck if by_ids else General)
         runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3).token_ids
                         for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
     assert runs[True] == runs[False]

@@ -233,7 +233,8 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
     """verify_sampled_logits (the target's bfloat16 logits at a temperature alone, rows.c's sd_verify_sampled: each
     row's softmax only when reached, the acceptance test in float32, the residual and the draw) gives what the general
     form gives on process_logits' distributions with the same generator state, and leaves the generator where it
-    does: accepts, rejections, bonus tokens, ratios near 1; with top-k it is the general form itself."""
+    does: accepts, rejections, bonus tokens, ratios near 1; with top-k, or float32 logits, the draws made ahead go to
+    the general form and the float32 CPU form."""
     from specdesk.core.acceptance import Draws, verify_sampled_logits
     from specdesk.core.sampling import SamplingConfig, process_logits
 
@@ -244,6 +245,8 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
         k = case % 5
         cfg = SamplingConfig(temperature=(0.7, 1.0, 1.6)[case % 3], top_k=5 if case % 50 == 7 else 0)
         logits = (torch.randn(k + 1, v, generator=rng) * 2).bfloat16()
+        if case % 7 == 3:  # float32 logits: process_logits, then verify_sampled's CPU form with the draws made ahead
+            logits = logits.float()
         p_t = process_logits(logits, cfg)
         ids = pos = None
         if kind == "point":

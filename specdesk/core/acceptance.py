@@ -100,6 +100,24 @@ class Draws:
         return sample(probs, self.generator).view(1)
 
 
+class DrawnAhead(Draws):
+    """A CPU generator's draws for one verification of ``k`` drafted tokens, taken before the target's pass in the
+    order the rule uses them (k uniforms, then the categorical draw's uniform): the numbers the generator gives
+    afterwards too, as nothing else draws between a proposal and its verification. Right after a pass each torch
+    call costs ~30 us where it costs ~1 alone (the pass streams the caches); before it, these are cheap."""
+
+    def __init__(self, generator: torch.Generator | None, k: int) -> None:
+        super().__init__(generator)
+        self.u = torch.rand(k, generator=generator) if k else torch.empty(0)
+        self.u_next = torch.rand(1, 1, generator=generator, dtype=torch.float32)  # draw_one's and sample's
+
+    def uniform(self, n: int, device: torch.device) -> torch.Tensor:
+        return self.u
+
+    def categorical(self, probs: torch.Tensor) -> torch.Tensor:
+        return torch.tensor([draw_at(probs, self.u_next)])
+
+
 def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
                    generator: torch.Generator | None, draws: Draws | None = None, draft_ids: torch.Tensor | None = None,
                    draft_pos: torch.Tensor | None = None) -> tuple[int, list[int]]:
@@ -111,8 +129,8 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
     (k, H) over those tokens, with ``draft_pos`` (k,) each drafted token's column: the same rule on the same numbers,
     without widening each row to the vocabulary (~60 us a step for SmolLM2's 8,192-token head).
     """
-    if draws is None and _plain_cpu(p_target, p_draft):
-        return _verify_sampled_cpu(p_target, p_draft, draft_tokens, generator, draft_ids, draft_pos)
+    if (draws is None or type(draws) is DrawnAhead) and _plain_cpu(p_target, p_draft):
+        return _verify_sampled_cpu(p_target, p_draft, draft_tokens, generator, draft_ids, draft_pos, draws)
     draws = draws or Draws(generator)
     k = draft_tokens.shape[0]
     if k == 0:
@@ -154,7 +172,7 @@ def _accepts(u: float, pt: float, pd: float) -> bool:
 
 def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
                         generator: torch.Generator | None, draft_ids: torch.Tensor | None,
-                        draft_pos: torch.Tensor | None) -> tuple[int, list[int]]:
+                        draft_pos: torch.Tensor | None, ahead: DrawnAhead | None = None) -> tuple[int, list[int]]:
     """verify_sampled's rule on float32 CPU rows with the probabilities read where they lie: the same draws from
     ``generator`` in the same order (Draws.uniform's, then one categorical draw as sampling.sample makes it) and the
     same float32 numbers, so the same outcome, with ~5 tensor calls instead of ~25 (~0.3 ms of a sampled step right
@@ -163,10 +181,10 @@ def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, dr
     k = draft_tokens.shape[0]
     v = p_target.shape[-1]
     if k == 0:
-        return 0, [draw_one(p_target[0], generator)]
+        return 0, [draw_at(p_target[0], ahead.u_next) if ahead else draw_one(p_target[0], generator)]
     tokens = draft_tokens.tolist()
     cols = tokens if draft_pos is None else draft_pos.tolist()
-    u = torch.rand(k, generator=generator, device=p_target.device).tolist()
+    u = (ahead.u if ahead else torch.rand(k, generator=generator, device=p_target.device)).tolist()
     base = p_target.data_ptr()
     n = 0
     for i in range(k):
@@ -183,42 +201,68 @@ def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, dr
     else:
         row = one_hot(draft_tokens[n:n + 1], v)[0] if p_draft is None else p_draft[n]
         dist = residual_distribution(p_target[n], row, draft_ids)
-    return n, tokens[:n] + [draw_one(dist, generator)]
+    return n, tokens[:n] + [draw_at(dist, ahead.u_next) if ahead else draw_one(dist, generator)]
 
 
 def verify_sampled_logits(logits: torch.Tensor, sampling: SamplingConfig, p_draft: torch.Tensor | None,
                           draft_tokens: torch.Tensor, generator: torch.Generator | None,
                           draft_ids: torch.Tensor | None = None,
                           draft_pos: torch.Tensor | None = None) -> tuple[int, list[int]]:
-    """``verify_sampled(process_logits(logits, sampling), ...)`` from the target's logits (k+1, V). At a temperature
-    alone on bfloat16 CPU logits, in one call of rows.c's sd_verify_sampled: the same draws from ``generator`` in the
-    same order (the k uniforms, then the categorical draw's), the same float32 probabilities and comparisons, so the
-    same outcome, without the (k+1, V) float32 distributions made first (a row after the first rejection is never
-    computed) or the tensor calls around them: ~0.4 ms of a sampled k=2 step right after a pass on a 2-core AMD EPYC."""
-    lib = kernels.library() if sampling.temperature_only and logits.dtype == torch.bfloat16 else None
-    fits = (p_draft is None or (p_draft.dtype == torch.float32 and p_draft.is_contiguous())) and (
-        draft_ids is None or (draft_ids.dtype == torch.int64 and draft_ids.is_contiguous()))
-    if lib is None or logits.device.type != "cpu" or not fits:
+    """``verify_sampled(process_logits(logits, sampling), ...)`` from the target's logits (k+1, V): a
+    :class:`SampledCheck` made and decided at once."""
+    if logits.device.type != "cpu":
         return verify_sampled(process_logits(logits, sampling), p_draft, draft_tokens, generator,
                               draft_ids=draft_ids, draft_pos=draft_pos)
-    k = draft_tokens.shape[0]
-    v = logits.shape[-1]
-    rows = logits if logits.is_contiguous() else logits.contiguous()
-    tokens = draft_tokens.tolist()
-    cols = tokens if draft_pos is None else draft_pos.tolist()
-    u = torch.rand(k, generator=generator).tolist() if k else []  # Draws.uniform's draws
-    u_next = torch.rand(1, 1, generator=generator, dtype=torch.float32)  # then draw_one's
-    scratch = torch.empty(2, v, dtype=torch.float32)  # the row drawn from (or the rejected one), the residual
-    nxt = ctypes.c_int64()
-    n = lib.sd_verify_sampled(rows.data_ptr(), k, v, 1.0 / sampling.temperature, (ctypes.c_int64 * (k + 1))(*tokens),
-                              None if p_draft is None else p_draft.data_ptr(),
-                              0 if p_draft is None else p_draft.shape[-1], (ctypes.c_int64 * (k + 1))(*cols),
-                              None if draft_ids is None else draft_ids.data_ptr(), (ctypes.c_float * (k + 1))(*u),
-                              float(u_next), scratch.data_ptr(), scratch.data_ptr() + 4 * v, ctypes.byref(nxt))
-    if n < 0:
-        raise MemoryError("out of memory in the sampling kernel")
-    at = nxt.value
-    if at < 0:  # a point mass or a draft over the whole vocabulary: its residual in torch's order, as verify_sampled
-        row = one_hot(draft_tokens[n:n + 1], v)[0] if p_draft is None else p_draft[n]
-        at = draw_at(residual_distribution(scratch[0], row, draft_ids), u_next)
-    return n, tokens[:n] + [at]
+    return SampledCheck(sampling, p_draft, draft_tokens, generator, logits.shape[-1], draft_ids,
+                        draft_pos).decide(logits)
+
+
+class SampledCheck:
+    """A sampled verification on a CPU in two halves: made before the target's pass (the generator's draws,
+    :class:`DrawnAhead`, and the kernel call's arguments), decided on the pass's logits (k+1, V) after it. What
+    ``verify_sampled(process_logits(logits, sampling), ...)`` gives, draw for draw. At a temperature alone on
+    bfloat16 logits the decision is one call of rows.c's sd_verify_sampled: the same float32 probabilities and
+    comparisons, without the (k+1, V) distributions made first (a row after the first rejection is never computed)
+    or the tensor calls around them (a k=0 or k=1 verification after a pass on a 2-core AMD EPYC: 0.24 ms, ~0.05
+    of it the kernel); else process_logits and verify_sampled with the draws made ahead.
+    ``scratch``: (2, V) float32 to reuse across steps (the row drawn from, the residual), or None."""
+
+    def __init__(self, sampling: SamplingConfig, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
+                 generator: torch.Generator | None, vocab: int, draft_ids: torch.Tensor | None = None,
+                 draft_pos: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> None:
+        self.sampling, self.p_draft, self.draft_tokens = sampling, p_draft, draft_tokens
+        self.draft_ids, self.draft_pos, self.scratch = draft_ids, draft_pos, scratch
+        k = draft_tokens.shape[0]
+        self.draws = DrawnAhead(generator, k)
+        self.tokens = draft_tokens.tolist()
+        self._call = None
+        lib = kernels.library() if sampling.temperature_only else None
+        fits = (p_draft is None or (p_draft.dtype == torch.float32 and p_draft.is_contiguous())) and (
+            draft_ids is None or (draft_ids.dtype == torch.int64 and draft_ids.is_contiguous()))
+        if lib is None or not fits:
+            return
+        if scratch is None or scratch.shape != (2, vocab) or scratch.dtype != torch.float32:
+            self.scratch = scratch = torch.empty(2, vocab, dtype=torch.float32)
+        cols = self.tokens if draft_pos is None else draft_pos.tolist()
+        self._next = ctypes.c_int64()
+        self._call = (lib.sd_verify_sampled, k, vocab, 1.0 / sampling.temperature,
+                      (ctypes.c_int64 * (k + 1))(*self.tokens), None if p_draft is None else p_draft.data_ptr(),
+                      0 if p_draft is None else p_draft.shape[-1], (ctypes.c_int64 * (k + 1))(*cols),
+                      None if draft_ids is None else draft_ids.data_ptr(),
+                      (ctypes.c_float * (k + 1))(*self.draws.u.tolist()), float(self.draws.u_next),
+                      scratch.data_ptr(), scratch.data_ptr() + 4 * vocab, ctypes.byref(self._next))
+
+    def decide(self, logits: torch.Tensor) -> tuple[int, list[int]]:
+        """(accepted, emitted tokens) for the target's logits (k+1, V), as verify_sampled gives them."""
+        call = self._call
+        if call is None or logits.dtype != torch.bfloat16 or not logits.is_contiguous() or call[2] != logits.shape[-1]:
+            return verify_sampled(process_logits(logits, self.sampling), self.p_draft, self.draft_tokens, None,
+                                  self.draws, draft_ids=self.draft_ids, draft_pos=self.draft_pos)
+        n = call[0](logits.data_ptr(), *call[1:])
+        if n < 0:
+            raise MemoryError("out of memory in the sampling kernel")
+        at = self._next.value
+        if at < 0:  # a point mass or a draft over the whole vocabulary: its residual in torch's order, as verify_sampled
+            row = one_hot(self.draft_tokens[n:n + 1], call[2])[0] if self.p_draft is None else self.p_draft[n]
+            at = draw_at(residual_distribution(self.scratch[0], row, self.draft_ids), self.draws.u_next)
+        return n, self.tokens[:n] + [at]

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import torch
 
 from specdesk.core import kernels
-from specdesk.core.acceptance import verify_greedy, verify_sampled_logits
+from specdesk.core.acceptance import SampledCheck, verify_greedy, verify_sampled_logits
 from specdesk.core.detok import IncrementalDetokenizer
 from specdesk.core.drafters import Drafter
 from specdesk.core.events import DoneEvent, Event, GenerationStats, PrefillEvent, StepEvent
@@ -78,6 +78,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
     last = torch.tensor([ids[-1]], dtype=torch.long, device=device)
     forwards = drafted = accepted = 0
     draft_total = verify_total = 0.0
+    scratch = None  # a sampled verification's (2, V) float32 rows on a CPU, reused step to step (SampledCheck)
     stop_reason = None
     step = 0
     start = time.perf_counter()
@@ -112,7 +113,10 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
                 drafts = proposal.tokens.tolist() if m else []
                 if sampling.greedy:  # the argmax from the pass's own call, no logits tensor (verify_top_ids)
                     top = target.verify_top_ids([ids[-1], *drafts])
-                else:
+                else:  # the draws and the kernel's arguments made before the pass, the decision after it
+                    check = SampledCheck(sampling, proposal.probs, proposal.tokens, generator, target.vocab,
+                                         proposal.prob_ids, proposal.prob_pos, scratch)
+                    scratch = check.scratch
                     logits = target.verify_ids([ids[-1], *drafts])  # (m+1, V)
             else:
                 drafts = proposal.tokens
@@ -121,8 +125,9 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             if sampling.greedy:
                 n, emitted = verify_greedy(top, drafts)
             else:
-                n, emitted = verify_sampled_logits(logits, sampling, proposal.probs, proposal.tokens, generator,
-                                                   draft_ids=proposal.prob_ids, draft_pos=proposal.prob_pos)
+                n, emitted = check.decide(logits) if on_cpu else verify_sampled_logits(
+                    logits, sampling, proposal.probs, proposal.tokens, generator, draft_ids=proposal.prob_ids,
+                    draft_pos=proposal.prob_pos)
             target.rollback(m - n)
             chain_kept = n
         sync()
