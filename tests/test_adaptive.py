@@ -566,9 +566,9 @@ def test_a_lesson_steps_through_its_schedule_then_decodes_plainly_and_says_when_
 def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_output():
     """Engine.warm_up (the app runs it after a load) pays first-call costs, then a lesson (adaptive.Lesson: plain
     steps and k = 1 .. 4) teaches what passes over 1 .. 5 positions and a drafted token cost. Each greedy k=auto
-    controller made after it starts from those costs (its first step is the model's choice, not k_init), from a copy
-    (later replies do not change the lesson), with none of the lesson's acceptance; sampled ones (whose passes
-    sample too) and prompt lookup (whose drafting costs microseconds) learn their own drafting. The tokens are the
+    or sampled k=auto controller made after it starts from those costs (its first step is the model's choice, not
+    k_init), from a copy (later replies do not change the lesson), with none of the lesson's acceptance; a tree's
+    (whose passes verify leaves too) and prompt lookup's drafting (microseconds) learn their own. The tokens are the
     same as on an engine never warmed."""
     import specdesk
     from specdesk.core.settings import GenerationSettings
@@ -596,7 +596,9 @@ def test_warm_up_teaches_k_auto_the_costs_not_the_acceptance_and_changes_no_outp
     new = warm._controller(GenerationSettings(k="auto"), "model+lookup")
     assert new.verify[2].at(40) == taught.verify[2].at(40) and new.draft_cost == d
     assert all(x.w == 0 for table in new.acc_by_state for x in table)
-    assert warm._controller(GenerationSettings(k="auto", temperature=0.7), "model").draft_cost is None
+    sampled = warm._controller(GenerationSettings(k="auto", temperature=0.7), "model")
+    assert sampled.draft_cost == d and sampled.verify[2].at(40) == taught.verify[2].at(40)
+    assert warm._controller(GenerationSettings(k="auto", tree="2"), "model").draft_cost is None
     ngram = warm._controller(GenerationSettings(k="auto"), "ngram")
     assert ngram.draft_cost is None and ngram.verify[1].at(40) == v1
 

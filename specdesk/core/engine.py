@@ -44,7 +44,7 @@ class Engine:
         self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
         self._adaptive: dict[tuple[str, str], AdaptiveK] = {}
-        self._costs: AdaptiveK | None = None  # what warm_up's lesson taught: each new greedy k=auto starts from it
+        self._costs: AdaptiveK | None = None  # what warm_up's lesson taught: each new k=auto but a tree's starts from it
         if draft is not None:
             if draft.device != target.device:
                 raise BadSetting(f"target on {target.device} but draft on {draft.device}: use one device")
@@ -90,8 +90,8 @@ class Engine:
         """A few throwaway steps, plain and with the draft model (k = 4) when there is one: first calls pay one-off
         costs (the allocator, a kernel's first use at each size), which made the app's first reply after a load
         slower than the plain comparison run after it. Then, with a draft model, a lesson for k=auto (greedy): a
-        short reply decoded plainly and at k = 1 .. 4, whose pass and draft costs every greedy k=auto controller
-        starts from (see adaptive.Lesson); none of its acceptance."""
+        short reply decoded plainly and at k = 1 .. 4, whose pass and draft costs every k=auto controller but a
+        tree's starts from, greedy or sampled (see adaptive.Lesson); none of its acceptance."""
         ids = self.encode("Hello. Hello. Hello. Hello.")[:16]
         self.generate(ids, drafter="none", max_new_tokens=tokens)
         if self._model_drafter is None:
@@ -214,13 +214,19 @@ class Engine:
             # (greedy only) keeps apart too: its passes verify the leaves beside the chain, so a chain of k tokens
             # costs what k + 1 + leaves positions cost (learnt as a chain's, it priced the draft's chains out).
             mode = "greedy" if gs.sampling.greedy else "sampled"
-            if gs.tree and gs.sampling.greedy:
+            tree = bool(gs.tree) and gs.sampling.greedy
+            if tree:
                 mode += ", tree " + ",".join(map(str, gs.tree))
             key = (drafter, mode)
             ctl = self._adaptive.get(key)
             if ctl is None:
                 ctl = self._adaptive[key] = AdaptiveK()
-                if self._costs is not None and mode == "greedy":  # the lesson's passes are greedy ones
+                # the lesson's passes are greedy ones; a sampled controller starts from them too (a sampled pass
+                # and drafted token cost ~0.1 and ~0.05 ms more on q4 SmolLM2, learnt as it goes): untaught, its
+                # first prompts' few noisy plain and drafted steps priced drafting out (fresh engines on a 2-core
+                # AMD EPYC drafted 0.1-0.4 tokens a step on half the bench's chat prompts at 0.7, learnt verify(1)
+                # 6.1 ms where a pass took ~4.2)
+                if self._costs is not None and not tree:
                     ctl.learn_costs_from(self._costs, draft=drafter in MODEL_DRAFTERS)
             else:
                 ctl.reset_acceptance()
