@@ -505,6 +505,43 @@ def test_greedys_reading_from_the_passs_own_call_is_argmax_and_softmax_of_its_lo
         assert dec.length == n0
 
 
+class GeneralCheck:
+    """acceptance.SampledCheck's general form for the tests: process_logits and verify_sampled, drawing when it
+    decides (after the pass), as the decode loop did before."""
+
+    scratch = None
+
+    def __init__(self, sampling, p_draft, tokens, generator, vocab, ids=None, pos=None, scratch=None):
+        self.args = sampling, p_draft, tokens, generator, ids, pos
+
+    def decide(self, logits):
+        from specdesk.core.acceptance import verify_sampled
+        from specdesk.core.sampling import process_logits
+
+        sampling, p_draft, tokens, generator, ids, pos = self.args
+        return verify_sampled(process_logits(logits, sampling), p_draft, tokens, generator, draft_ids=ids,
+                              draft_pos=pos)
+
+
+def test_without_the_kernels_the_sampled_chain_and_check_take_torchs_forms(q4_pair, monkeypatch):
+    """SPECDESK_KERNELS=torch: the draft's sampled chain as ints draws through process_logits and draw_at, and the
+    check made before the pass decides through verify_sampled with its draws made ahead: the same seeded replies as
+    the general forms'."""
+    from specdesk.core import acceptance, decode, drafters
+
+    monkeypatch.setenv(kernels.ENV, "torch")
+    assert not kernels.available()
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q4")
+
+    runs = {}
+    for by_ids in (True, False):
+        monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
+        monkeypatch.setattr(decode, "SampledCheck", acceptance.SampledCheck if by_ids else GeneralCheck)
+        runs[by_ids] = [engine.generate(p, max_new_tokens=24, temperature=0.8, seed=s, drafter="model", k=2).token_ids
+                        for s, p in enumerate(PROMPTS[:2])]
+    assert runs[True] == runs[False] and runs[True][0] != runs[True][1]
+
+
 def test_argmax_as_a_list_and_the_top_tokens_probability(march):
     g = torch.Generator().manual_seed(13)
     x = torch.randn(3, 8192 + 5, generator=g).bfloat16()
@@ -554,7 +591,6 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
     tensor forms do and decide alike: the same seed gives the same reply either way (draft, prompt lookup, and the
     two together; a draft over the whole vocabulary and a distilled one with a reduced head)."""
     from specdesk.core import acceptance, decode, drafters
-    from specdesk.core.sampling import process_logits
 
     target, draft = q4_pair
     if head == "reduced":
@@ -569,22 +605,11 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
     engine = specdesk.load(str(target), str(draft), device="cpu", target_quant="q4")
     assert (engine._model_drafter.head_ids is not None) == (head == "reduced")
 
-    class General:  # the general form, drawing when it decides
-        scratch = None
-
-        def __init__(self, sampling, p_draft, tokens, generator, vocab, ids=None, pos=None, scratch=None):
-            self.args = sampling, p_draft, tokens, generator, ids, pos
-
-        def decide(self, logits):
-            sampling, p_draft, tokens, generator, ids, pos = self.args
-            return acceptance.verify_sampled(process_logits(logits, sampling), p_draft, tokens, generator,
-                                             draft_ids=ids, draft_pos=pos)
-
     runs = {}
     for by_ids in (True, False):
         monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
         monkeypatch.setattr(acceptance, "_plain_cpu", acceptance._plain_cpu if by_ids else (lambda *a: False))
-        monkeypatch.setattr(decode, "SampledCheck", acceptance.SampledCheck if by_ids else General)
+        monkeypatch.setattr(decode, "SampledCheck", acceptance.SampledCheck if by_ids else GeneralCheck)
         runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3).token_ids
                         for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
     assert runs[True] == runs[False]

@@ -299,22 +299,23 @@ class LeanDecoder:
             logits = torch.empty((len(ids), self._head_n) if every else (self._head_n,), dtype=torch.bfloat16)
             self._whole_pass(ids, every, self._head_n, logits.data_ptr(), None, None)
             return logits
-        n = len(ids)
-        if n == 0:
-            raise ValueError("no token to feed")
-        p0 = self.length
-        end = p0 + n
-        if end > self.capacity:
-            raise RuntimeError("context longer than the preallocated buffer")
+        p0, prefix, offsets = self._step_plan(len(ids))
         x = self.embed[ids]  # (n, hidden): a copy, which the layers kernel updates in place
-        # position t sees slots 0 .. p0 + t, as a one-position step would (forward's spans)
-        prefix = (ctypes.c_int64 * n)(*range(p0 + 1, end + 1))
-        offsets = (ctypes.c_int64 * (n + 1))()
         rot = p0 * self._rot_row
         self._layers_call(x, p0, self._cos_ptr + rot, self._sin_ptr + rot, ctypes.addressof(prefix),
                           ctypes.addressof(offsets), ctypes.addressof(self._no_extras))
-        self.length = end
-        return self._head(self._norm(x if every or n == 1 else x[-1:], self.final_norm), every)
+        self.length = p0 + len(ids)
+        return self._head(self._norm(x if every or len(ids) == 1 else x[-1:], self.final_norm), every)
+
+    def _step_plan(self, n: int) -> tuple[int, ctypes.Array, ctypes.Array]:
+        """(first slot, prefix, offsets): the attention plan (sd_attend's) of n positions fed after the sequence,
+        position t seeing slots 0 .. p0 + t as a one-position step would (forward's spans)."""
+        if n == 0:
+            raise ValueError("no token to feed")
+        p0 = self.length
+        if p0 + n > self.capacity:
+            raise RuntimeError("context longer than the preallocated buffer")
+        return p0, (ctypes.c_int64 * n)(*range(p0 + 1, p0 + n + 1)), (ctypes.c_int64 * (n + 1))()
 
     @torch.inference_mode()
     def top_ids(self, ids: list[int], every: bool = False, prob: bool = False,
@@ -340,14 +341,7 @@ class LeanDecoder:
         address, or None) and, at ``top`` / ``top_p`` (addresses or None), each row's argmax over ``limit`` logits
         and its probability."""
         n = len(ids)
-        if n == 0:
-            raise ValueError("no token to feed")
-        p0 = self.length
-        end = p0 + n
-        if end > self.capacity:
-            raise RuntimeError("context longer than the preallocated buffer")
-        prefix = (ctypes.c_int64 * n)(*range(p0 + 1, end + 1))  # position t sees slots 0 .. p0 + t
-        offsets = (ctypes.c_int64 * (n + 1))()
+        p0, prefix, offsets = self._step_plan(n)
         token_ids = (ctypes.c_int64 * n)(*ids)
         rot = p0 * self._rot_row
         table, lib = self._layers_c
@@ -360,7 +354,7 @@ class LeanDecoder:
             raise IndexError(f"token id out of range 0 .. {self._ends[0].rows - 1}")
         if rc != 0:
             raise MemoryError("out of memory in the decoder's layers kernel")
-        self.length = end
+        self.length = p0 + n
 
     @torch.inference_mode()
     def forward_embeds(self, x: torch.Tensor, every: bool = False) -> torch.Tensor:
