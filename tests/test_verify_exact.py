@@ -185,6 +185,27 @@ def test_a_reduced_heads_probabilities_passed_as_they_are_give_the_same_law(k):
     assert checked == 3 ** k
 
 
+def _drafted(kind: str, case: int, p_t: torch.Tensor, rng: torch.Generator) -> tuple:
+    """(p_draft, tokens, draft_ids, draft_pos) for k = len(p_t) - 1 drafted tokens against the target's rows ``p_t``:
+    a draft over the whole vocabulary ("wide"), a reduced head over a third of it, or point masses; every third
+    case a draft within 0.1% of the target (ratios near 1), every fourth point-mass case the target's likeliest tokens."""
+    k, v = p_t.shape[0] - 1, p_t.shape[-1]
+    none = torch.empty(0, dtype=torch.long)
+    if kind == "point":
+        if case % 4 == 0 and k:
+            return None, p_t[:k].argmax(-1), None, None
+        return None, torch.randint(3, v, (k,), generator=rng), None, None
+    ids = None if kind == "wide" else torch.randperm(v, generator=rng)[: v // 3].sort().values
+    cols = v if ids is None else ids.numel()
+    p_d = torch.softmax(torch.randn(k, cols, generator=rng) * 2, -1)
+    if case % 3 == 0:
+        near = p_t[:k] if ids is None else p_t[:k, ids]
+        p_d = (near * (1 + 1e-3 * torch.randn(k, cols, generator=rng))).clamp_min(0)
+        p_d = (p_d / p_d.sum(-1, keepdim=True)).contiguous()
+    pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else none
+    return (p_d, pos, None, None) if ids is None else (p_d, ids[pos], ids, pos)
+
+
 @pytest.mark.skipif(not kernels.available(), reason="the float32 CPU form runs with specdesk's own kernels")
 @pytest.mark.parametrize("kind", ["wide", "reduced", "point"])
 def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
@@ -201,21 +222,7 @@ def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
         p_t = torch.softmax(torch.randn(k + 1, v, generator=rng) * 2, -1)
         p_t[:, :3] = 0.0  # tokens with no mass
         p_t /= p_t.sum(-1, keepdim=True)
-        ids = pos = None
-        if kind == "point":
-            tokens = torch.randint(3, v, (k,), generator=rng)
-            p_d = None
-        elif kind == "wide":
-            p_d = torch.softmax(torch.randn(k, v, generator=rng) * 2, -1)
-            if case % 3 == 0:
-                p_d = (p_t[:k] * (1 + 1e-3 * torch.randn(k, v, generator=rng))).clamp_min(0)  # ratios near 1
-                p_d /= p_d.sum(-1, keepdim=True)
-            tokens = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
-        else:
-            ids = torch.randperm(v, generator=rng)[: v // 3].sort().values
-            p_d = torch.softmax(torch.randn(k, ids.numel(), generator=rng) * 2, -1)
-            pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
-            tokens = ids[pos]
+        p_d, tokens, ids, pos = _drafted(kind, case, p_t, rng)
         seed = 1000 + case
         g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
         fast = verify_sampled(p_t, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
@@ -248,26 +255,7 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
         if case % 7 == 3:  # float32 logits: process_logits, then verify_sampled's CPU form with the draws made ahead
             logits = logits.float()
         p_t = process_logits(logits, cfg)
-        ids = pos = None
-        if kind == "point":
-            tokens = torch.randint(0, v, (k,), generator=rng)
-            if case % 4 == 0 and k:
-                tokens = torch.multinomial(p_t[:k], 1, generator=rng)[:, 0]  # accepted now and then
-            p_d = None
-        elif kind == "wide":
-            p_d = torch.softmax(torch.randn(k, v, generator=rng) * 2, -1)
-            if case % 3 == 0:
-                p_d = (p_t[:k] * (1 + 1e-3 * torch.randn(k, v, generator=rng))).clamp_min(0)  # ratios near 1
-                p_d /= p_d.sum(-1, keepdim=True)
-            tokens = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
-        else:
-            ids = torch.randperm(v, generator=rng)[: v // 3].sort().values
-            p_d = torch.softmax(torch.randn(k, ids.numel(), generator=rng) * 2, -1)
-            if case % 3 == 0:
-                p_d = p_t[:k, ids] * (1 + 1e-3 * torch.randn(k, ids.numel(), generator=rng))
-                p_d = (p_d / p_d.sum(-1, keepdim=True)).contiguous()
-            pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else torch.empty(0, dtype=torch.long)
-            tokens = ids[pos]
+        p_d, tokens, ids, pos = _drafted(kind, case, p_t, rng)
         seed = 2000 + case
         g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
         fast = verify_sampled_logits(logits, cfg, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
