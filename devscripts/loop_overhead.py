@@ -76,32 +76,27 @@ def ab(gguf: str, rounds: int, temperature: float, ks: list[int]) -> None:
     print("same tokens either way:", all(tot[("ints", n)]["ids"] == tot[("tensors", n)]["ids"] for n, _ in methods))
 
 
-def pattern(gguf: str) -> None:
-    e = specdesk.load(gguf, DRAFT, drafter="model", device="cpu", target_quant="q4")
-    e.reuse_cache = False
+def repeat_step(e, forms: tuple[str, str], use, verify, k: int = 2, cfg: SamplingConfig = SamplingConfig(),
+                gen=None, blocks: int = 16) -> dict:
+    """A k-token step's two halves repeated on a fixed 200-token context, in blocks of 30 per form (which form goes
+    first alternates; ``use(form)`` switches): the draft's proposal, then ``verify(form, runner, ids, proposal)``.
+    Per form the propose, verify and whole-step times, the first 3 of each block left out."""
     tr, dr = e._runner, e._model_drafter
     ids = list(range(1000, 1200))
-    greedy = SamplingConfig()
-    res = {f: dict(propose=[], verify=[], step=[]) for f in ("tensors", "ints")}
-    for blk in range(16):
-        for form in (["tensors", "ints"] if blk % 2 == 0 else ["ints", "tensors"]):
+    res = {f: dict(propose=[], verify=[], step=[]) for f in forms}
+    for blk in range(blocks):
+        for form in (forms if blk % 2 == 0 else forms[::-1]):
             use(form)
             tr.prefill(ids[:-1], 512)
             dr.start(ids[:-1], 512)
-            dr.propose(ids, 2, greedy, None)
+            dr.propose(ids, k, cfg, gen)
             dr.commit(len(ids) - 1)
             base = tr.cache_len
             for it in range(30):
                 t0 = time.perf_counter()
-                prop = dr.propose(ids, 2, greedy, None)
+                prop = dr.propose(ids, k, cfg, gen)
                 t1 = time.perf_counter()
-                if form == "tensors":
-                    logits = tr.verify(torch.cat([torch.tensor([ids[-1]]), prop.tokens]))
-                    verify_greedy(kernels.argmax(logits), prop.tokens)
-                else:
-                    drafts = prop.tokens.tolist()
-                    logits = tr.verify_ids([ids[-1], *drafts])
-                    verify_greedy(kernels.argmax_list(logits), drafts)
+                verify(form, tr, ids, prop)
                 t2 = time.perf_counter()
                 tr.rollback(tr.cache_len - base)
                 dr.commit(len(ids) - 1)
@@ -110,10 +105,26 @@ def pattern(gguf: str) -> None:
                     r["propose"].append(t1 - t0)
                     r["verify"].append(t2 - t1)
                     r["step"].append(t2 - t0)
+    return res
+
+
+def pattern(gguf: str) -> None:
+    e = specdesk.load(gguf, DRAFT, drafter="model", device="cpu", target_quant="q4")
+    e.reuse_cache = False
+
+    def verify(form, tr, ids, prop):
+        if form == "tensors":
+            logits = tr.verify(torch.cat([torch.tensor([ids[-1]]), prop.tokens]))
+            verify_greedy(kernels.argmax(logits), prop.tokens)
+        else:
+            drafts = prop.tokens.tolist()
+            logits = tr.verify_ids([ids[-1], *drafts])
+            verify_greedy(kernels.argmax_list(logits), drafts)
+
+    res = repeat_step(e, ("tensors", "ints"), use, verify)
     use("ints")
     for form, r in res.items():
         print(form, "; ".join(f"{k} median {st.median(v) * 1e3:.3f} ms, mean {st.mean(v) * 1e3:.3f}" for k, v in r.items()))
-
 
 if __name__ == "__main__":
     what = sys.argv[1]

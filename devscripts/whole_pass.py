@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import statistics as st
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -27,6 +26,8 @@ from specdesk.core.acceptance import verify_greedy, verify_sampled_logits
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 from specdesk.core.sampling import SamplingConfig, make_generator
+
+from loop_overhead import repeat_step  # devscripts/: the same step pattern
 
 DRAFT = str(Path(__file__).resolve().parent.parent / "resources/models/smollm2-135m-instruct-draft")
 NEW_ENDS, NEW_TEMPERATURE_ONLY = fastdraft._ends, SamplingConfig.temperature_only
@@ -80,42 +81,21 @@ def ab(rounds: int, temps: list[float]) -> None:
 
 
 def pattern(k: int, temp: float) -> None:
-    e = load()
-    tr, dr = e._runner, e._model_drafter
-    ids = list(range(1000, 1200))
     cfg = SamplingConfig(temperature=temp)
     gen = make_generator(torch.device("cpu"), 0)
-    res = {f: dict(propose=[], verify=[], step=[]) for f in ("old", "new")}
-    for blk in range(24):
-        for form in (["old", "new"] if blk % 2 == 0 else ["new", "old"]):
-            use(form)
-            tr.prefill(ids[:-1], 512)
-            dr.start(ids[:-1], 512)
-            dr.propose(ids, k, cfg, gen)
-            dr.commit(len(ids) - 1)
-            base = tr.cache_len
-            for it in range(30):
-                t0 = time.perf_counter()
-                prop = dr.propose(ids, k, cfg, gen)
-                t1 = time.perf_counter()
-                drafts = prop.tokens.tolist()
-                if cfg.greedy:
-                    verify_greedy(tr.verify_top_ids([ids[-1], *drafts]), drafts)
-                else:
-                    verify_sampled_logits(tr.verify_ids([ids[-1], *drafts]), cfg, prop.probs, prop.tokens, gen,
-                                          draft_ids=prop.prob_ids, draft_pos=prop.prob_pos)
-                t2 = time.perf_counter()
-                tr.rollback(tr.cache_len - base)
-                dr.commit(len(ids) - 1)
-                if it >= 3:
-                    r = res[form]
-                    r["propose"].append(t1 - t0)
-                    r["verify"].append(t2 - t1)
-                    r["step"].append(t2 - t0)
+
+    def verify(form, tr, ids, prop):
+        drafts = prop.tokens.tolist()
+        if cfg.greedy:
+            verify_greedy(tr.verify_top_ids([ids[-1], *drafts]), drafts)
+        else:
+            verify_sampled_logits(tr.verify_ids([ids[-1], *drafts]), cfg, prop.probs, prop.tokens, gen,
+                                  draft_ids=prop.prob_ids, draft_pos=prop.prob_pos)
+
+    res = repeat_step(load(), ("old", "new"), use, verify, k, cfg, gen, blocks=24)
     use("new")
     for form, r in res.items():
         print(f"k={k} T={temp} {form}: " + "; ".join(f"{n} median {st.median(v) * 1e3:.3f} ms" for n, v in r.items()))
-
 
 if __name__ == "__main__":
     what = sys.argv[1] if len(sys.argv) > 1 else ""

@@ -206,14 +206,25 @@ def _drafted(kind: str, case: int, p_t: torch.Tensor, rng: torch.Generator) -> t
     return (p_d, pos, None, None) if ids is None else (p_d, ids[pos], ids, pos)
 
 
+def _as_general_form(fast, p_t, p_draft, tokens, ids, pos, seed: int) -> int:
+    """``fast(generator)`` against the general form (verify_sampled with its Draws) on the same rows and a generator
+    seeded alike: the same outcome, and the generators left in the same state. Returns the tokens kept."""
+    from specdesk.core.acceptance import Draws
+
+    g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+    got = fast(g1)
+    want = verify_sampled(p_t, p_draft, tokens, g2, draws=Draws(g2), draft_ids=ids, draft_pos=pos)
+    assert got == want, (seed, got, want)
+    assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
+    return got[0]
+
+
 @pytest.mark.skipif(not kernels.available(), reason="the float32 CPU form runs with specdesk's own kernels")
 @pytest.mark.parametrize("kind", ["wide", "reduced", "point"])
 def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
     """verify_sampled on float32 CPU rows (no Draws given) reads the probabilities where they lie and compares in
     Python; with the same generator state it must give the general form's outcome and leave the generator where
     the general form does, accepts, rejections and bonus tokens alike (ratios near 1 included)."""
-    from specdesk.core.acceptance import Draws
-
     rng = torch.Generator().manual_seed(7)
     seen = set()
     for case in range(300):
@@ -223,13 +234,9 @@ def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
         p_t[:, :3] = 0.0  # tokens with no mass
         p_t /= p_t.sum(-1, keepdim=True)
         p_d, tokens, ids, pos = _drafted(kind, case, p_t, rng)
-        seed = 1000 + case
-        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-        fast = verify_sampled(p_t, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
-        slow = verify_sampled(p_t, p_d, tokens, g2, draws=Draws(g2), draft_ids=ids, draft_pos=pos)
-        assert fast == slow, (case, fast, slow)
-        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
-        seen.add((k, fast[0] == k))
+        n = _as_general_form(lambda g: verify_sampled(p_t, p_d, tokens, g, draft_ids=ids, draft_pos=pos),
+                             p_t, p_d, tokens, ids, pos, seed=1000 + case)
+        seen.add((k, n == k))
     # every k with a rejection, and full accepts
     assert {(k, False) for k in range(1, 5)} | {(0, True), (1, True)} <= seen
 
@@ -242,7 +249,7 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
     form gives on process_logits' distributions with the same generator state, and leaves the generator where it
     does: accepts, rejections, bonus tokens, ratios near 1; with top-k, or float32 logits, the draws made ahead go to
     the general form and the float32 CPU form."""
-    from specdesk.core.acceptance import Draws, verify_sampled_logits
+    from specdesk.core.acceptance import verify_sampled_logits
     from specdesk.core.sampling import SamplingConfig, process_logits
 
     rng = torch.Generator().manual_seed(11)
@@ -256,13 +263,9 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
             logits = logits.float()
         p_t = process_logits(logits, cfg)
         p_d, tokens, ids, pos = _drafted(kind, case, p_t, rng)
-        seed = 2000 + case
-        g1, g2 = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
-        fast = verify_sampled_logits(logits, cfg, p_d, tokens, g1, draft_ids=ids, draft_pos=pos)
-        slow = verify_sampled(p_t, p_d, tokens, g2, draws=Draws(g2), draft_ids=ids, draft_pos=pos)
-        assert fast == slow, (case, fast, slow)
-        assert torch.equal(torch.rand(3, generator=g1), torch.rand(3, generator=g2))
-        seen.add((k, fast[0] == k))
+        n = _as_general_form(lambda g: verify_sampled_logits(logits, cfg, p_d, tokens, g, draft_ids=ids,
+                                                             draft_pos=pos), p_t, p_d, tokens, ids, pos, seed=2000 + case)
+        seen.add((k, n == k))
     assert {(k, False) for k in range(1, 5)} | {(0, True), (1, True)} <= seen
 
 
