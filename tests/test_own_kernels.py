@@ -614,39 +614,3 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
                         for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
     assert runs[True] == runs[False]
     assert len({tuple(r) for r in runs[True]}) >= 3
-
-
-def test_a_model_past_the_cache_streams_its_weights_with_the_same_bits(models_dir, monkeypatch, march):
-    """kind | kernels.STREAM (non-temporal prefetches of the weights, for a model larger than the CPU's last cache
-    level) changes no output: the product alone (q4 and q8, one row and several) and a whole decoder's passes."""
-    from specdesk.core.fastdraft import LeanDecoder
-
-    lib = kernels.library()
-    for cls in (int4.NativeQ4Linear, int4.NativeQ8Linear):
-        q = cls.from_linear(nn.Linear(576, 320, bias=False))
-        for rows in (1, 3, 20):
-            x = torch.randn(rows, 576).bfloat16()
-            outs = []
-            for flag in (0, kernels.STREAM):
-                y = torch.empty(rows, 320, dtype=torch.bfloat16)
-                assert lib.sd_gemm_map(q.KIND | flag, x.data_ptr(), rows, 576, q.packed.data_ptr(),
-                                       q.scales_zeros.data_ptr(), 320, y.data_ptr(), 320, None, 2) == 0
-                outs.append(y)
-            assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], q(x))
-    assert kernels.last_cache_bytes() >= 2**20  # cpu0's last level (or the 32 MiB assumed without sysfs)
-    path = make_llama(models_dir / "stream", hidden=128, layers=2, heads=4, kv_heads=2, intermediate=96, seed=29)
-    model = load_model(str(path), quant="q4", device="cpu").model
-    size = int4.stored(model)[1]
-    ids = torch.randint(3, 4000, (40,), generator=torch.Generator().manual_seed(2)).tolist()
-    got = {}
-    for limit in (size, size - 1):  # at the limit it stays in the cache; a byte past it, it streams
-        monkeypatch.setattr(kernels, "STREAM_ABOVE", limit)
-        dec = LeanDecoder(model, 64)
-        assert dec.stream == (kernels.STREAM if limit < size else 0)
-        assert dec._layers_c[0][0].qkv.kind & kernels.STREAM == dec.stream
-        assert dec._ends[0].head.kind & kernels.STREAM == dec.stream
-        with torch.inference_mode():
-            got[limit] = [dec.forward_ids(ids[:30]), dec.forward_ids(ids[30:34], every=True),
-                          dec.top_ids(ids[34:36], every=True)]
-    a, b = got[size], got[size - 1]
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) and a[2] == b[2]

@@ -103,10 +103,9 @@ def _call(lin, few: _FewRows):
     return lin
 
 
-def _layer_table(lib, layers: list, products: list, stream: int = 0):
+def _layer_table(lib, layers: list, products: list):
     """The kernels library's sd_layer array for these layers (and the library), or None unless every layer's
-    products are the own kernel's (q/k/v and gate/up joined). ``stream``: kernels.STREAM or 0, or'ed into each
-    product's kind."""
+    products are the own kernel's (q/k/v and gate/up joined)."""
     from specdesk.core import kernels
 
     if len(products) != len(layers):
@@ -117,17 +116,17 @@ def _layer_table(lib, layers: list, products: list, stream: int = 0):
             return None
         for name, mod in zip(("qkv", "o", "gu", "down"), mods):
             bias = 0 if mod.bias is None else mod.bias.data_ptr()
-            setattr(row, name, kernels.Linear(mod.KIND | stream, mod.packed.data_ptr(), mod.scales_zeros.data_ptr(),
-                                              bias, mod.out_features))
+            setattr(row, name, kernels.Linear(mod.KIND, mod.packed.data_ptr(), mod.scales_zeros.data_ptr(), bias,
+                                              mod.out_features))
         row.ln1, row.ln2 = entry["ln1"].data_ptr(), entry["ln2"].data_ptr()
         row.kc, row.vc = entry["k"].data_ptr(), entry["v"].data_ptr()
         entry["modules"] = mods  # the pointers' tensors live as long as the decoder
     return table, lib
 
 
-def _ends(lib, model, embed: torch.Tensor, norm: torch.Tensor, stream: int = 0):
+def _ends(lib, model, embed: torch.Tensor, norm: torch.Tensor):
     """layers.c's sd_ends for this model (and the tensors its pointers need alive), or None unless its head is the
-    own kernel's product without a bias. ``stream`` as for :func:`_layer_table`."""
+    own kernel's product without a bias."""
     from specdesk.core import kernels
 
     head = model.lm_head
@@ -136,7 +135,7 @@ def _ends(lib, model, embed: torch.Tensor, norm: torch.Tensor, stream: int = 0):
         return None
     keep = (head.packed, head.scales_zeros, head.out_map, embed, norm)
     ends = kernels.Ends(embed.data_ptr(), embed.shape[0], norm.data_ptr(),
-                        kernels.Linear(head.KIND | stream, head.packed.data_ptr(), head.scales_zeros.data_ptr(), 0,
+                        kernels.Linear(head.KIND, head.packed.data_ptr(), head.scales_zeros.data_ptr(), 0,
                                        head.out_features),
                         0 if head.out_map is None else head.out_map.data_ptr())
     return ends, keep
@@ -231,12 +230,8 @@ class LeanDecoder:
         # were ~20% of a SmolLM2 step); the same kernels in the same order, so the same bits. False: call them one
         # by one (the tests compare the two).
         self._layers_c = None
-        # a model too large for the CPU's last cache level reads its weights non-temporally (kernels.STREAM)
-        self.stream = 0
-        if lib is not None and kernels.streams(int4.stored(model)[1]):
-            self.stream = kernels.STREAM
         if self._attend is not None and self._rows_kernel is not None and hasattr(lib, "sd_forward"):
-            self._layers_c = _layer_table(lib, self.layers, products, self.stream)
+            self._layers_c = _layer_table(lib, self.layers, products)
         self.layers_in_one_call = self._layers_c is not None
         # forward_ids' path: the rotary tables' rows by address (contiguous (capacity, head_dim) tables)
         self._fast_ids = self.layers_in_one_call and self.embed.dtype == torch.bfloat16
@@ -247,7 +242,7 @@ class LeanDecoder:
             self._no_extras = (ctypes.c_int64 * 1)()
         # ... and with a q4/q8 head of the own kernel's, the embedding rows, final norm, head and (greedy) argmax in
         # that call too (layers.c's sd_forward_ids)
-        self._ends = _ends(lib, model, self.embed, self.final_norm, self.stream) if self._fast_ids else None
+        self._ends = _ends(lib, model, self.embed, self.final_norm) if self._fast_ids else None
         self._head_n = model.lm_head.out_features
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)

@@ -17,7 +17,6 @@ threads are torch's own pool (``torch.set_num_threads`` counts for both).
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import logging
 import os
@@ -134,46 +133,6 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_forward_ids.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64] + [
         ctypes.c_void_p] * 3 + lib.sd_forward.argtypes[2:]
     return lib, f"{OWN} ({lib.sd_isa().decode()})"
-
-
-# A product's kind | STREAM (q4gemm.c's SD_STREAM): its weights are prefetched non-temporally. For a model too large
-# to stay in the CPU's last cache level, whose every pass streams its weights from memory: they then push less of
-# what does stay (its KV cache and activations, the draft's weights, the interpreter's data) out of the cache.
-STREAM = 16
-# the model size (bytes of q4/q8 weights) above which its products stream; None: the last cache level's size
-STREAM_ABOVE: int | None = None
-_LLC_FALLBACK = 32 * 2**20
-
-
-def last_cache_bytes() -> int:
-    """The size of the CPU's last cache level as Linux reports it (cpu0's highest level), else 32 MiB."""
-    best = (0, _LLC_FALLBACK)
-    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level = int((entry / "level").read_text())
-            size = (entry / "size").read_text().strip()
-            kind = (entry / "type").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
-        try:
-            size_bytes = int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
-        except (ValueError, IndexError):
-            continue
-        if kind != "Instruction" and level > best[0]:
-            best = (level, size_bytes)
-    return best[1]
-
-
-def streams(weight_bytes: int) -> bool:
-    """Whether a model holding ``weight_bytes`` of the kernel's weights reads them non-temporally (kind | STREAM)."""
-    limit = STREAM_ABOVE if STREAM_ABOVE is not None else _llc()
-    return weight_bytes > limit
-
-
-@functools.lru_cache(maxsize=1)
-def _llc() -> int:
-    return last_cache_bytes()
 
 
 class Linear(ctypes.Structure):

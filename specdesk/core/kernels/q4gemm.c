@@ -26,19 +26,6 @@
 /* Software prefetch of the weights this many groups ahead (8 KB of q4 codes): a one-row pass streams ~96 MB for
  * SmolLM2 and stalled on those loads; measured on the 2-core Xeon, 8 and 32 groups beat none by ~10-20%. */
 #define PREFETCH 32
-/* kind | SD_STREAM: the weights are read once per pass and do not stay in the cache anyway (a model larger than the
- * CPU's last cache level), so their prefetches are non-temporal: they then displace less of what does stay (the KV
- * cache, activations, the draft's weights, the interpreter's own data). q4 SmolLM2 on the 2-core AMD EPYC (a fixed
- * context, medians, interleaved): its draft's forwards after a target pass 0.56 -> 0.51 ms (k=1), 0.82 -> 0.70 (k=2),
- * a drafted step ~2.5% faster, a plain pass unchanged. Outputs are the same bits (a prefetch changes no value). */
-#define SD_STREAM 16
-#define PREFETCH_W(addr, nt)                                                                                          \
-    do {                                                                                                              \
-        if (nt)                                                                                                       \
-            _mm_prefetch((const char *)(addr), _MM_HINT_NTA);                                                         \
-        else                                                                                                          \
-            _mm_prefetch((const char *)(addr), _MM_HINT_T0);                                                          \
-    } while (0)
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #define QUANTIZE_AVX512 1
@@ -134,15 +121,15 @@ static inline __m512i dot8_2(const __m512i *wv, const int32_t *xq) {
 }
 
 static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
-                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols, int nt) {
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m512i low = _mm512_set1_epi8(0x0f);
     __m512 acc[MR];
     for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const uint8_t *wp = w + g * 256;
-        for (int c = 0; c < 4; c++) PREFETCH_W(wp + PREFETCH * 256 + 64 * c, nt);
-        PREFETCH_W(s + (g + PREFETCH) * 32, nt);
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(wp + PREFETCH * 256 + 64 * c), _MM_HINT_T0);
+        _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
         __m512i wv[8];
         for (int t = 0; t < 4; t++) {
             __m512i v = _mm512_loadu_si512((const void *)(wp + 64 * t));
@@ -162,15 +149,15 @@ static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64
 }
 
 static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
-                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols, int nt) {
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[MR];
     for (int r = 0; r < rows; r++) acc[r] = _mm512_setzero_ps();
     for (int64_t g = 0; g < G; g++) {
         const int8_t *wp = w + g * 512;
-        for (int c = 0; c < 8; c++) PREFETCH_W(wp + PREFETCH * 512 + 64 * c, nt);
-        if (g % 2 == 0) PREFETCH_W(s + (g + PREFETCH) * 16, nt);
+        for (int c = 0; c < 8; c++) _mm_prefetch((const char *)(wp + PREFETCH * 512 + 64 * c), _MM_HINT_T0);
+        if (g % 2 == 0) _mm_prefetch((const char *)(s + (g + PREFETCH) * 16), _MM_HINT_T0);
         __m512i wv[8];
         for (int j = 0; j < 8; j++) wv[j] = _mm512_xor_si512(_mm512_loadu_si512((const void *)(wp + 64 * j)), flip);
         __m512 dw = load_bf16x16(s + g * 16);
@@ -274,7 +261,7 @@ static void store_bf16x8(uint16_t *p, const int64_t *cols, __m256 v) {
 
 /* Lanes 8h .. 8h + 7 of a 16-column block: bytes 32h .. 32h + 31 of each 64-byte chunk. */
 static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64_t rows, int64_t K,
-                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols, int nt) {
+                     const uint8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -284,8 +271,8 @@ static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64
         for (int64_t g = 0; g < G; g++) {
             const uint8_t *wp = w + g * 256 + 32 * h;
             if (h == 0) {
-                for (int c = 0; c < 4; c++) PREFETCH_W(wp + PREFETCH * 256 + 64 * c, nt);
-                PREFETCH_W(s + (g + PREFETCH) * 32, nt);
+                for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(wp + PREFETCH * 256 + 64 * c), _MM_HINT_T0);
+                _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
             }
             __m256i wv[8];
             for (int t = 0; t < 4; t++) {
@@ -309,7 +296,7 @@ static void q4_block(const int8_t *qx, const float *dx, const float *dsum, int64
 }
 
 static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int64_t rows, int64_t K,
-                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols, int nt) {
+                     const int8_t *w, const uint16_t *s, uint16_t *y, int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     const __m256i ones = _mm256_set1_epi16(1);
     (void)isum;
@@ -319,8 +306,8 @@ static void q8_block(const int8_t *qx, const float *dx, const int32_t *isum, int
         for (int64_t g = 0; g < G; g++) {
             const int8_t *wp = w + g * 512 + 32 * h;
             if (h == 0) {
-                for (int c = 0; c < 8; c++) PREFETCH_W(wp + PREFETCH * 512 + 64 * c, nt);
-                if (g % 2 == 0) PREFETCH_W(s + (g + PREFETCH) * 16, nt);
+                for (int c = 0; c < 8; c++) _mm_prefetch((const char *)(wp + PREFETCH * 512 + 64 * c), _MM_HINT_T0);
+                if (g % 2 == 0) _mm_prefetch((const char *)(s + (g + PREFETCH) * 16), _MM_HINT_T0);
             }
             __m256i wv[8], wa[8];
             for (int j = 0; j < 8; j++) {
@@ -360,26 +347,24 @@ static void block_cols(const int64_t *map, int64_t nb, int64_t *cols) {
 /* Rows m_from .. M - 1 of one column block (its codes wb and scales sb) on the vector kernel, MR rows at a time. */
 static void vector_rows(int kind, int64_t m_from, int64_t M, int64_t K, const int8_t *qx, const float *dx,
                         const int32_t *isum, const float *dsum, const uint8_t *wb, const uint16_t *sb, uint16_t *y,
-                        int64_t ldy, const int64_t *cols, int nt) {
+                        int64_t ldy, const int64_t *cols) {
     const int64_t G = K / 32;
     for (int64_t m0 = m_from; m0 < M; m0 += MR) {
         const int64_t rows = M - m0 < MR ? M - m0 : MR;
         if (kind == 4)
-            q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, wb, sb, y + m0 * ldy, ldy, cols, nt);
+            q4_block(qx + m0 * K, dx + m0 * G, dsum + m0 * G, rows, K, wb, sb, y + m0 * ldy, ldy, cols);
         else
             q8_block(qx + m0 * K, dx + m0 * G, isum + m0 * G, rows, K, (const int8_t *)wb, sb, y + m0 * ldy, ldy,
-                     cols, nt);
+                     cols);
     }
 }
 
-/* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales; either | SD_STREAM: weights streamed. Output column j (the j-th of the N
+/* kind 4: w = q4 codes, s = q4 scales; kind 8: w = q8 codes, s = q8 scales. Output column j (the j-th of the N
  * the codes hold) goes to column map[j] of y's rows of ldy values (map NULL: column j, ldy N): a head whose rows are
  * stored in another order (a draft's rows first, to share them) still writes its logits in vocabulary order.
  * Returns 0, or -1 if out of memory. */
 int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
                 uint16_t *y, int64_t ldy, const int64_t *map, int threads) {
-    const int nt = (kind & SD_STREAM) != 0;
-    kind &= ~SD_STREAM;
     const int64_t G = K / 32, NB = N / 16;
     int8_t *qx = (int8_t *)malloc((size_t)(M * K + 64));
     float *dx = (float *)malloc((size_t)(M * G) * sizeof(float) + 64);
@@ -412,7 +397,7 @@ int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w
                         q4_block_amx(qx + m0 * K, dx + m0 * G, dsum + m0 * G, K, wb + me * G * 512, s + nb * sblock,
                                      y + m0 * ldy, ldy, cols, sums + me * 256);
                     vector_rows(kind, full, M, K, qx, dx, isum, dsum, (const uint8_t *)w + nb * wblock,
-                                s + nb * sblock, y, ldy, cols, nt);
+                                s + nb * sblock, y, ldy, cols);
                 }
                 _tile_release();
             }
@@ -427,7 +412,7 @@ int sd_gemm_map(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w
             int64_t cols[16];
             block_cols(map, nb, cols);
             vector_rows(kind, 0, M, K, qx, dx, isum, dsum, (const uint8_t *)w + nb * wblock, s + nb * sblock, y, ldy,
-                        cols, nt);
+                        cols);
         }
     }
     free(qx), free(dx), free(isum), free(dsum);
