@@ -347,6 +347,31 @@ def test_the_residual_of_a_reduced_heads_draft_is_the_wide_forms(march):
     assert torch.equal(kernels.residual(same, pd, ids), same)
 
 
+def test_the_residual_of_a_wide_draft_and_of_a_point_mass_is_the_wide_forms(march):
+    """The same with the draft's probabilities as a whole row (a draft without a reduced head), and for a point mass
+    (prompt lookup's token: acceptance.point_residual, the target's row without it): one rows.c call each, the path
+    verify_sampled takes on a CPU, to float32 rounding of torch's wide form."""
+    from specdesk.core.acceptance import one_hot, point_residual, residual_distribution
+
+    g = torch.Generator().manual_seed(16)
+    v = 49152 + 9
+    pt = torch.rand(v, generator=g) ** 3
+    pt[torch.rand(v, generator=g) < 0.2] = 0.0
+    pt /= pt.sum()
+    pd = torch.rand(v, generator=g) ** 3
+    pd /= pd.sum()
+    token = int(pt.argmax())  # a point mass on a token with the most mass: the residual must not draw it again
+    for row, got in ((pd, kernels.residual(pt, pd, None)),
+                     (one_hot(torch.tensor([token]), v)[0], point_residual(pt, torch.tensor([token])))):
+        want = (pt - row).clamp_min(0)
+        want /= want.sum()
+        assert torch.allclose(got, want, rtol=1e-5, atol=0) and (got[want == 0] == 0).all()
+    assert point_residual(pt, torch.tensor([token]))[token] == 0
+    assert torch.equal(residual_distribution(pt, pd), kernels.residual(pt, pd, None))  # the path verify_sampled takes
+    assert torch.equal(kernels.residual(pt, pt.clone(), None), pt)  # nothing left: the target's own
+    assert kernels.residual(pt, pd[:-1], None) is None  # not a whole row: torch's form
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])  # qwen2: q/k/v with biases
 def test_the_layers_in_one_call_give_the_bits_of_the_calls_one_by_one(models_dir, arch, march):
     """layers.c runs a pass's layers (the one-position steps, verify passes and trees that attend position by

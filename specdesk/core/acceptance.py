@@ -35,6 +35,9 @@ def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor,
     """normalize(max(0, p_target - p_draft)), the distribution drawn from after a rejection. (..., V); with
     ``draft_ids`` one row: p_draft (H,) holds the draft's probabilities of tokens draft_ids (H,), 0 elsewhere."""
     if draft_ids is None:
+        fast = kernels.residual(p_target, p_draft, None) if p_target.dim() == 1 else None  # one row: one call
+        if fast is not None:
+            return fast
         r = (p_target - p_draft).clamp_min(0.0)
     else:  # p_target - p_draft where the draft has mass (the same float subtraction), p_target elsewhere
         fast = kernels.residual(p_target, p_draft, draft_ids)  # float32 on a CPU: one call (rows.c)
@@ -45,6 +48,13 @@ def residual_distribution(p_target: torch.Tensor, p_draft: torch.Tensor,
     # A rejection implies p_target(x) < p_draft(x) somewhere, so total > 0; fall back to p_target
     # only when rounding made the two distributions identical.
     return torch.where(total > 0, r / total.clamp_min(torch.finfo(r.dtype).tiny), p_target)
+
+
+def point_residual(p_target: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """residual_distribution for a point mass at ``token`` (1,): the target's row (V,) without that token,
+    normalized. Through the reduced-head form (the token as a one-token head with probability 1): the numbers
+    one_hot's wide form gives, in one kernel call on a CPU."""
+    return residual_distribution(p_target, torch.ones(1, dtype=p_target.dtype, device=p_target.device), token)
 
 
 def one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -135,7 +145,8 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
     k = draft_tokens.shape[0]
     if k == 0:
         return 0, [int(draws.categorical(p_target[0]))]
-    if p_draft is None:
+    point = p_draft is None
+    if point:
         p_draft = one_hot(draft_tokens, p_target.shape[-1])
     u = draws.uniform(k, p_target.device)
     passed = u < accept_probability(p_target[:k], p_draft, draft_tokens, draft_pos)
@@ -143,6 +154,8 @@ def verify_sampled(p_target: torch.Tensor, p_draft: torch.Tensor | None, draft_t
     n = int(keep.sum())
     if n == k:
         dist = p_target[k]  # every draft token kept: bonus token from the target
+    elif point:
+        dist = point_residual(p_target[n], draft_tokens[n:n + 1])
     else:
         dist = residual_distribution(p_target[n], p_draft[n], draft_ids)
     nxt = draws.categorical(dist)
@@ -198,9 +211,10 @@ def _verify_sampled_cpu(p_target: torch.Tensor, p_draft: torch.Tensor | None, dr
         n += 1
     if n == k:
         dist = p_target[k]  # every draft token kept: bonus token from the target
+    elif p_draft is None:
+        dist = point_residual(p_target[n], draft_tokens[n:n + 1])
     else:
-        row = one_hot(draft_tokens[n:n + 1], v)[0] if p_draft is None else p_draft[n]
-        dist = residual_distribution(p_target[n], row, draft_ids)
+        dist = residual_distribution(p_target[n], p_draft[n], draft_ids)
     return n, tokens[:n] + [draw_at(dist, ahead.u_next) if ahead else draw_one(dist, generator)]
 
 
@@ -238,7 +252,8 @@ class SampledCheck:
         self._call = None
         lib = kernels.library() if sampling.temperature_only else None
         fits = (p_draft is None or (p_draft.dtype == torch.float32 and p_draft.is_contiguous())) and (
-            draft_ids is None or (draft_ids.dtype == torch.int64 and draft_ids.is_contiguous()))
+            draft_ids is None or (draft_ids.dtype == torch.int64 and draft_ids.is_contiguous())) and (
+            p_draft is None or draft_ids is not None or p_draft.shape[-1] == vocab)  # a wide draft's rows: whole rows
         if lib is None or not fits:
             return
         if scratch is None or scratch.shape != (2, vocab) or scratch.dtype != torch.float32:
@@ -261,8 +276,4 @@ class SampledCheck:
         n = call[0](logits.data_ptr(), *call[1:])
         if n < 0:
             raise MemoryError("out of memory in the sampling kernel")
-        at = self._next.value
-        if at < 0:  # a point mass or a draft over the whole vocabulary: its residual in torch's order, as verify_sampled
-            row = one_hot(self.draft_tokens[n:n + 1], call[2])[0] if self.p_draft is None else self.p_draft[n]
-            at = draw_at(residual_distribution(self.scratch[0], row, self.draft_ids), self.draws.u_next)
-        return n, self.tokens[:n] + [at]
+        return n, self.tokens[:n] + [self._next.value]

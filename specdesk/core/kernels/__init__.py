@@ -312,15 +312,19 @@ def sample_one(probs, u: float) -> int | None:
 
 
 def residual(p_target, p_draft, ids):
-    """normalize(max(0, p_target - p_draft)) with p_draft (H,) the draft's probabilities of tokens ``ids`` (H,), 0
-    elsewhere, through rows.c for float32 on a CPU where the kernels build; None elsewhere."""
+    """normalize(max(0, p_target - p_draft)) for one row (V,), with p_draft (H,) the draft's probabilities of tokens
+    ``ids`` (H,), 0 elsewhere, or with ``ids`` None a whole row (V,), through rows.c for float32 on a CPU where the
+    kernels build; None elsewhere."""
     import torch
 
     ok = p_target.dtype == p_draft.dtype == torch.float32 and p_target.device.type == "cpu" and p_target.dim() == 1
+    ok = ok and (ids is not None or p_draft.shape == p_target.shape)
     lib = library() if ok else None
     if lib is None:
         return None
-    pt, pd, ix = p_target.contiguous(), p_draft.contiguous(), ids.to(torch.int64).contiguous()
+    pt, pd = p_target.contiguous(), p_draft.contiguous()
+    ix = None if ids is None else ids.to(torch.int64).contiguous()
     out = torch.empty_like(pt)
-    lib.sd_residual_f32(pt.data_ptr(), pt.numel(), pd.data_ptr(), ix.data_ptr(), ix.numel(), out.data_ptr())
+    lib.sd_residual_f32(pt.data_ptr(), pt.numel(), pd.data_ptr(), None if ix is None else ix.data_ptr(),
+                        pd.numel() if ix is None else ix.numel(), out.data_ptr())
     return out

@@ -215,15 +215,23 @@ int64_t sd_sample_f32(const float *p, int64_t v, double u) {
 }
 
 /* Speculative sampling's residual after a rejection: out = normalize(max(0, pt - pd)) over v tokens, where the draft's
- * probabilities pd (h of them) belong to the tokens ids (every other token has none under the draft), or pt itself
- * where nothing is left (the two distributions equal to rounding). The same float subtraction per token as the wide
- * form; its sum in another order. One pass over the vocabulary and one over the draft's tokens, ~10 us for SmolLM2's
- * 49,152 and its draft's 8,192, where torch's six operations took ~60-120. */
+ * probabilities pd (h of them) belong to the tokens ids (every other token has none under the draft; a point mass is
+ * h = 1 and pd 1), or, with ids NULL, pd is a whole row of v; or pt itself where nothing is left (the two
+ * distributions equal to rounding). The same float subtraction per token as the wide form; its sum in another order.
+ * One pass over the vocabulary and one over the draft's tokens, ~10 us for SmolLM2's 49,152 and its draft's 8,192,
+ * where torch's six operations took ~60-120 (~350 us right after a pass, for a point mass). */
 void sd_residual_f32(const float *pt, int64_t v, const float *pd, const int64_t *ids, int64_t h, float *out) {
-    memcpy(out, pt, (size_t)v * sizeof(float));
-    for (int64_t i = 0; i < h; i++) {
-        const float d = pt[ids[i]] - pd[i];
-        out[ids[i]] = d > 0.0f ? d : 0.0f;
+    if (ids == NULL) {
+        for (int64_t j = 0; j < v; j++) {
+            const float d = pt[j] - pd[j];
+            out[j] = d > 0.0f ? d : 0.0f;
+        }
+    } else {
+        memcpy(out, pt, (size_t)v * sizeof(float));
+        for (int64_t i = 0; i < h; i++) {
+            const float d = pt[ids[i]] - pd[i];
+            out[ids[i]] = d > 0.0f ? d : 0.0f;
+        }
     }
     float sums[LANES] = {0};
     const int64_t full = v / LANES * LANES;
@@ -253,12 +261,11 @@ int64_t sd_softmax_draw(const uint16_t *x, int64_t v, float inv_t, double u, flo
  * while u[i] < min(1, pt / max(pd, FLT_MIN)) in float32 (pt from softmax(row i * inv_t), pd the draft's probability:
  * pd_rows (k, h) at column cols[i], or 1 where pd_rows is NULL, a point mass); then one draw at u_next, from the
  * last row's distribution when every token was kept, else from the residual normalize(max(0, pt - pd)) of the
- * first rejected row where the draft's probabilities belong to the tokens ids (h of them; sd_residual_f32). Rows
- * after the first rejection are never computed (a third of a k=2 step's softmax work at half acceptance).
- * probs (v floats): left holding the softmax of the row the draw comes from, or of the rejected row. Returns the
- * number kept, with *next the drawn token, or -1 there when the residual is the caller's (no ids: a point mass or a
- * draft over the whole vocabulary, whose residual acceptance.residual_distribution sums in torch's order);
- * -2 if out of memory. */
+ * first rejected row (sd_residual_f32: the draft's probabilities belong to the tokens ids, h of them; with ids NULL
+ * its rows are whole rows, h = v; with pd_rows NULL the row's drafted token is a point mass). Rows after the first
+ * rejection are never computed (a third of a k=2 step's softmax work at half acceptance). probs (v floats): left
+ * holding the softmax of the row the draw comes from, or of the rejected row. Returns the number kept, with *next the
+ * drawn token; -2 if out of memory. */
 int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float inv_t, const int64_t *tokens,
                           const float *pd_rows, int64_t h, const int64_t *cols, const int64_t *ids, const float *u,
                           double u_next, float *probs, float *residual, int64_t *next) {
@@ -273,12 +280,13 @@ int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float in
     const float *from = probs;
     if (n == k) {
         sd_softmax_bf16(logits + k * v, 1, v, inv_t, probs);
-    } else if (pd_rows && ids) {
-        sd_residual_f32(probs, v, pd_rows + n * h, ids, h, residual);
-        from = residual;
     } else {
-        *next = -1;
-        return n;
+        const float one = 1.0f;
+        if (pd_rows)
+            sd_residual_f32(probs, v, pd_rows + n * h, ids, h, residual);
+        else
+            sd_residual_f32(probs, v, &one, tokens + n, 1, residual);
+        from = residual;
     }
     *next = sd_sample_f32(from, v, u_next);
     return *next < 0 ? -2 : n;
