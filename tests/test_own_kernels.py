@@ -292,8 +292,41 @@ def test_sampling_softmax_is_torchs_to_float32_rounding(march):
         assert got[1, 7] == 0
         assert torch.equal(process_logits(x, SamplingConfig(temperature=t)), got)  # the path sampling takes
     assert kernels.softmax(x[0], 0.7).shape == (49152 + 5,)  # one row, as a drafter asks
-    top_k = process_logits(x, SamplingConfig(temperature=0.7, top_k=5))  # top-k: torch's form, 5 tokens left
-    assert ((top_k > 0).sum(-1) == 5).all()
+
+
+@pytest.mark.parametrize("v", [49152 + 9, 300, 17])
+def test_top_k_and_top_p_are_torchs_up_to_which_of_tied_tokens(v, march):
+    """With top-k and/or top-p, bfloat16 logits go through rows.c's sd_process_bf16 (process_logits' path): per row
+    the tokens Hugging Face's warpers keep in torch, compared as the multiset of their logits (where tied logits sit
+    at the top-p boundary either may keep another of them; bfloat16's 8-bit mantissa makes such ties common among
+    SmolLM2-sized rows), and the same probabilities to float32 rounding; masked logits stay without mass. In a flat
+    row (20,000 tokens kept of 49,161) the cumulative sums' rounding may move the boundary by a token."""
+    from specdesk.core.sampling import SamplingConfig, process_logits
+
+    g = torch.Generator().manual_seed(21)
+    configs = [(0.7, 0, 0.9), (0.7, 40, 1.0), (1.3, 20, 0.8), (0.7, 0, 0.5), (1.0, 0, 0.01), (0.7, 1, 1.0),
+               (0.7, v - 1, 0.95), (2.0, 0, 0.99), (0.5, 3, 0.3)]
+    for scale in (1.0, 3.0, 8.0):
+        x = (torch.randn(3, v, generator=g) * scale).bfloat16()
+        x[1, :4] = float("-inf")
+        for t, k, p in configs:
+            cfg = SamplingConfig(temperature=t, top_k=k, top_p=p)
+            got = process_logits(x, cfg)
+            assert torch.equal(got, kernels.process(x, t, k, p))  # the kernel's
+            want = process_logits(x.float(), cfg)  # float32 logits: torch's form, on the same values
+            for r in range(3):
+                kg, kw = got[r] > 0, want[r] > 0
+                n = min(int(kg.sum()), int(kw.sum()))
+                slack = 1 if n > 1000 else 0  # a flat row's boundary, to rounding
+                assert abs(int(kg.sum()) - int(kw.sum())) <= slack, (scale, cfg, r)
+                top_got = x[r][kg].float().sort(descending=True).values[:n - slack]
+                top_want = x[r][kw].float().sort(descending=True).values[:n - slack]
+                assert torch.equal(top_got, top_want), (scale, cfg, r)
+                assert torch.allclose(got[r][kg].sort(descending=True).values[:n],
+                                      want[r][kw].sort(descending=True).values[:n], rtol=1e-4, atol=0)
+                if 0 < k < v:  # nothing under the k-th largest logit (its ties kept)
+                    assert (x[r][kg].float() >= x[r].float().topk(k).values[-1]).all()
+            assert (got[1, :4] == 0).all() and torch.allclose(got.sum(-1), torch.ones(3), atol=1e-5)
 
 
 def test_sampling_draws_by_the_cumulative_mass_as_torchs_form(march):

@@ -120,6 +120,9 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_verify_sampled.restype = ctypes.c_int64
     lib.sd_verify_sampled.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float] + [
         ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_double] + [ctypes.c_void_p] * 3
+    lib.sd_process_bf16.restype = ctypes.c_int
+    lib.sd_process_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_int64,
+                                    ctypes.c_double, ctypes.c_void_p]
     lib.sd_residual_f32.restype = None
     lib.sd_residual_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.c_void_p]
@@ -267,6 +270,22 @@ def softmax(logits, temperature: float):
     out = torch.empty(rows.shape, dtype=torch.float32)
     lib.sd_softmax_bf16(rows.data_ptr(), rows.numel() // rows.shape[-1], rows.shape[-1], 1.0 / temperature,
                         out.data_ptr())
+    return out
+
+
+def process(logits, temperature: float, top_k: int, top_p: float):
+    """sampling.process_logits (temperature, top-k, top-p, softmax) of bfloat16 logits (..., V) on a CPU in one call
+    of rows.c's sd_process_bf16, float32 (..., V); None elsewhere (the caller's torch form)."""
+    import torch
+
+    lib = _for(logits, torch.bfloat16)
+    if lib is None or logits.numel() == 0:
+        return None
+    rows = logits.contiguous()
+    out = torch.empty(rows.shape, dtype=torch.float32)
+    if lib.sd_process_bf16(rows.data_ptr(), rows.numel() // rows.shape[-1], rows.shape[-1], 1.0 / temperature,
+                           top_k, top_p, out.data_ptr()) != 0:
+        return None  # out of memory for the boundary's tokens: torch's form
     return out
 
 

@@ -6,6 +6,7 @@
  * LeanDecoder._norm computes, its sum in another order. */
 #include <float.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "scalars.h" /* and immintrin.h with AVX-512 */
 
@@ -170,6 +171,144 @@ void sd_softmax_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, float
         const float inv = 1.0f / s;
         for (int64_t j = 0; j < v; j++) o[j] *= inv;
     }
+}
+
+/* bfloat16 bits -> a key whose unsigned order is the values' order (negative values' bits reversed). */
+static inline uint32_t bf_key(uint16_t h) { return (h & 0x8000u) ? (uint32_t)(~h & 0xffffu) : (uint32_t)(h | 0x8000u); }
+
+/* The k-th largest value of a bfloat16 row (1 <= k <= v) by two counting passes over its 16-bit keys (high byte,
+ * then low byte within the high byte's bucket): ~2 passes over the row where a sort took ~2 ms. */
+static float kth_largest_bf16(const uint16_t *row, int64_t v, int64_t k) {
+    int64_t count[256] = {0};
+    for (int64_t j = 0; j < v; j++) count[bf_key(row[j]) >> 8]++;
+    int hi = 255;
+    int64_t above = 0; /* values in buckets above hi */
+    while (hi > 0 && above + count[hi] < k) above += count[hi--];
+    int64_t low[256] = {0};
+    for (int64_t j = 0; j < v; j++) {
+        const uint32_t key = bf_key(row[j]);
+        if ((int)(key >> 8) == hi) low[key & 255]++;
+    }
+    int lo = 255;
+    while (lo > 0 && above + low[lo] < k) above += low[lo--];
+    const uint32_t key = ((uint32_t)hi << 8) | (uint32_t)lo;
+    const uint16_t h = (key & 0x8000u) ? (uint16_t)(key & 0x7fffu) : (uint16_t)(~key & 0xffffu);
+    return bf(h);
+}
+
+/* Probabilities of index and value, ascending by value then index (the order top-p removes them in). */
+typedef struct {
+    float p;
+    int64_t j;
+} ranked;
+
+/* Ascending by value; tied values by descending index (the order torch's sort gave them on SmolLM2-sized rows, so
+ * that top-p keeps the same one of tied tokens where it can). */
+static int by_value(const void *a, const void *b) {
+    const ranked *x = (const ranked *)a, *y = (const ranked *)b;
+    if (x->p != y->p) return x->p < y->p ? -1 : 1;
+    return x->j > y->j ? -1 : (x->j < y->j);
+}
+
+/* Sampling's distributions with top-k and top-p, per row of x (n, v) bfloat16, into out (n, v) float32: what
+ * sampling.process_logits computes (Hugging Face's warpers in their order: temperature, top-k, top-p, then softmax over
+ * what is left), in ~3 passes over the row where torch's sort, cumsum and scatter took ~1.7 ms a SmolLM2 row (half of
+ * plain sampling's time per token at top_p 0.9). top-k (0 < top_k < v): logits under the k-th largest have no mass
+ * (ties with it are kept). top-p (< 1): the tokens whose ascending cumulative probability stays <= 1 - top_p have none
+ * (the most likely is always kept); the probabilities are summed in double, as torch's CPU cumsum does, whole
+ * exponent ranges at a time below the boundary, and only the boundary range's tokens are sorted (by_value: where
+ * values tie at the boundary, torch's sort may keep another of them). The kept tokens' weights are
+ * exp((x - max) / t) by exp_fast, as sd_softmax_bf16's, over their sum. Returns 0, or -1 if out of memory. */
+int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_t top_k, double top_p, float *out) {
+    for (int64_t r = 0; r < n; r++) {
+        const uint16_t *row = x + r * v;
+        float *o = out + r * v;
+        const float floor_x = (top_k > 0 && top_k < v) ? kth_largest_bf16(row, v, top_k) : -INFINITY;
+        const int64_t full = v / LANES * LANES;
+        float m = -INFINITY, total = 0.0f;
+        int64_t j = 0;
+#if defined(__AVX512F__)
+        __m512 vtop = _mm512_set1_ps(-INFINITY);
+        for (; j < full; j += 16) vtop = _mm512_max_ps(vtop, load_bf16x16(row + j));
+        m = _mm512_reduce_max_ps(vtop);
+#endif
+        for (; j < v; j++) m = bf(row[j]) > m ? bf(row[j]) : m;
+        j = 0;
+#if defined(__AVX512F__)
+        __m512 vsum = _mm512_setzero_ps();
+        const __m512 vm = _mm512_set1_ps(m), vt = _mm512_set1_ps(inv_t), vfloor = _mm512_set1_ps(floor_x),
+                     ninf = _mm512_set1_ps(-INFINITY);
+        for (; j < full; j += 16) {
+            const __m512 f = load_bf16x16(row + j);
+            const __mmask16 live = _mm512_cmp_ps_mask(f, ninf, _CMP_NEQ_UQ) & _mm512_cmp_ps_mask(f, vfloor, _CMP_GE_OQ);
+            const __m512 e = _mm512_maskz_mov_ps(live, exp_fast16(_mm512_mul_ps(_mm512_sub_ps(f, vm), vt)));
+            _mm512_storeu_ps(o + j, e);
+            vsum = _mm512_add_ps(vsum, e);
+        }
+        total = _mm512_reduce_add_ps(vsum);
+#endif
+        for (; j < v; j++) {
+            const float f = bf(row[j]);
+            o[j] = (f == -INFINITY || f < floor_x) ? 0.0f : exp_fast((f - m) * inv_t);
+            total += o[j];
+        }
+        if (top_p < 1.0) {
+            /* mass and count per binary exponent of the probability e / total (bucket 0: no mass) */
+            double mass[256] = {0};
+            int64_t count[256] = {0};
+            const float inv = 1.0f / total;
+            for (int64_t j = 0; j < v; j++) {
+                if (o[j] == 0.0f) {
+                    count[0]++;
+                    continue;
+                }
+                const float q = o[j] * inv;
+                uint32_t bits;
+                memcpy(&bits, &q, 4);
+                const int e = q > 0.0f ? (int)((bits >> 23) & 255u) : 0;
+                mass[e] += q;
+                count[e]++;
+            }
+            int last = 0; /* the highest bucket with mass: its largest token is always kept */
+            for (int e = 255; e > 0; e--)
+                if (count[e]) {
+                    last = e;
+                    break;
+                }
+            const double drop = 1.0 - top_p;
+            double acc = 0.0;
+            int b = 0;
+            while (b < last && acc + mass[b] <= drop) acc += mass[b++];
+            int64_t c = 0;
+            ranked *edge = (ranked *)malloc((size_t)(count[b] > 0 ? count[b] : 1) * sizeof(ranked));
+            if (!edge) return -1;
+            for (int64_t j = 0; j < v; j++) {
+                if (o[j] == 0.0f) continue;
+                const float q = o[j] * inv;
+                uint32_t bits;
+                memcpy(&bits, &q, 4);
+                const int e = q > 0.0f ? (int)((bits >> 23) & 255u) : 0;
+                if (e < b) o[j] = 0.0f;
+                else if (e == b) edge[c++] = (ranked){q, j};
+            }
+            qsort(edge, (size_t)c, sizeof(ranked), by_value);
+            for (int64_t i = 0; i < c; i++) {
+                if (acc + edge[i].p > drop || (b == last && i == c - 1)) break;
+                acc += edge[i].p;
+                o[edge[i].j] = 0.0f;
+            }
+            free(edge);
+        }
+        float sums[LANES] = {0};
+        for (int64_t j0 = 0; j0 < full; j0 += LANES)
+            for (int l = 0; l < LANES; l++) sums[l] += o[j0 + l];
+        float s = 0.0f;
+        for (int l = 0; l < LANES; l++) s += sums[l];
+        for (j = full; j < v; j++) s += o[j];
+        const float inv = 1.0f / s;
+        for (j = 0; j < v; j++) o[j] *= inv;
+    }
+    return 0;
 }
 
 /* One draw from p (v float32 masses, >= 0, not all 0; not necessarily summing to 1) by the inverse of the cumulative
