@@ -30,15 +30,15 @@ from specdesk.core.sampling import SamplingConfig, make_generator
 from loop_overhead import repeat_step  # devscripts/: the same step pattern
 
 DRAFT = str(Path(__file__).resolve().parent.parent / "resources/models/smollm2-135m-instruct-draft")
-NEW_ENDS, NEW_TEMPERATURE_ONLY = fastdraft._ends, SamplingConfig.temperature_only
+NEW_ENDS, NEW_ONE_CALL = fastdraft._ends, SamplingConfig.one_call
 
 
 def use(form: str) -> None:
     """The one-call forms ("new", shipped) or the forms before ("old"); decoders made after this call follow it."""
     old = form == "old"
     fastdraft._ends = (lambda *a: None) if old else NEW_ENDS
-    # the draft's one-call draws and sd_verify_sampled apply at a temperature alone: off, the loop takes the forms before
-    SamplingConfig.temperature_only = property(lambda self: False) if old else NEW_TEMPERATURE_ONLY
+    # the draft's one-call draws and sd_verify_sampled (any sampling since the sixteenth sitting): off, the forms before
+    SamplingConfig.one_call = property(lambda self: False) if old else NEW_ONE_CALL
 
 
 def load():

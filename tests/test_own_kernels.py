@@ -647,7 +647,8 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
     """At a temperature, the draft's chain as ints (softmax and draw in one call, ModelDrafter._propose_sampled) and
     the verification from the target's logits in one call (verify_sampled_logits) consume the generator as the
     tensor forms do and decide alike: the same seed gives the same reply either way (draft, prompt lookup, and the
-    two together; a draft over the whole vocabulary and a distilled one with a reduced head)."""
+    two together; a draft over the whole vocabulary and a distilled one with a reduced head; at a temperature alone
+    and with top-k and top-p)."""
     from specdesk.core import acceptance, decode, drafters
 
     target, draft = q4_pair
@@ -668,7 +669,8 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
         monkeypatch.setattr(drafters.ModelDrafter, "ids_path", by_ids)
         monkeypatch.setattr(acceptance, "_plain_cpu", acceptance._plain_cpu if by_ids else (lambda *a: False))
         monkeypatch.setattr(decode, "SampledCheck", acceptance.SampledCheck if by_ids else GeneralCheck)
-        runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3).token_ids
-                        for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")]
+        runs[by_ids] = [engine.generate(p, max_new_tokens=32, temperature=0.8, seed=s, drafter=d, k=3, **top).token_ids
+                        for s, p in enumerate(PROMPTS[:3]) for d in ("model", "ngram", "model+lookup")
+                        for top in ({}, {"top_k": 20, "top_p": 0.9})]
     assert runs[True] == runs[False]
     assert len({tuple(r) for r in runs[True]}) >= 3

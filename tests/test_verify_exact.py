@@ -200,7 +200,8 @@ def _drafted(kind: str, case: int, p_t: torch.Tensor, rng: torch.Generator) -> t
     p_d = torch.softmax(torch.randn(k, cols, generator=rng) * 2, -1)
     if case % 3 == 0:
         near = p_t[:k] if ids is None else p_t[:k, ids]
-        p_d = (near * (1 + 1e-3 * torch.randn(k, cols, generator=rng))).clamp_min(0)
+        # (a floor: where top-k / top-p leave the target no mass on a reduced head's tokens, a row still sums to 1)
+        p_d = (near * (1 + 1e-3 * torch.randn(k, cols, generator=rng))).clamp_min(1e-12)
         p_d = (p_d / p_d.sum(-1, keepdim=True)).contiguous()
     pos = torch.multinomial(p_d, 1, generator=rng)[:, 0] if k else none
     return (p_d, pos, None, None) if ids is None else (p_d, ids[pos], ids, pos)
@@ -244,11 +245,11 @@ def test_the_cpu_form_gives_the_general_forms_outcome_draw_for_draw(kind):
 @pytest.mark.skipif(not kernels.available(), reason="the one-call form runs with specdesk's own kernels")
 @pytest.mark.parametrize("kind", ["wide", "reduced", "point"])
 def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_draw(kind):
-    """verify_sampled_logits (the target's bfloat16 logits at a temperature alone, rows.c's sd_verify_sampled: each
-    row's softmax only when reached, the acceptance test in float32, the residual and the draw) gives what the general
-    form gives on process_logits' distributions with the same generator state, and leaves the generator where it
-    does: accepts, rejections, bonus tokens, ratios near 1; with top-k, or float32 logits, the draws made ahead go to
-    the general form and the float32 CPU form."""
+    """verify_sampled_logits (the target's bfloat16 logits, rows.c's sd_verify_sampled: each row's distribution at a
+    temperature, with top-k and top-p, only when reached, the acceptance test in float32, the residual and the draw)
+    gives what the general form gives on process_logits' distributions with the same generator state, and leaves the
+    generator where it does: accepts, rejections, bonus tokens, ratios near 1; with float32 logits the draws made
+    ahead go to the general form and the float32 CPU form."""
     from specdesk.core.acceptance import verify_sampled_logits
     from specdesk.core.sampling import SamplingConfig, process_logits
 
@@ -257,7 +258,8 @@ def test_from_the_logits_in_one_call_gives_the_general_forms_outcome_draw_for_dr
     for case in range(300):
         v = 64 if case % 2 else 700
         k = case % 5
-        cfg = SamplingConfig(temperature=(0.7, 1.0, 1.6)[case % 3], top_k=5 if case % 50 == 7 else 0)
+        cfg = SamplingConfig(temperature=(0.7, 1.0, 1.6)[case % 3], top_k=(0, 0, 5, 20)[case % 4],
+                             top_p=0.8 if case % 5 == 2 else 1.0)
         logits = (torch.randn(k + 1, v, generator=rng) * 2).bfloat16()
         if case % 7 == 3:  # float32 logits: process_logits, then verify_sampled's CPU form with the draws made ahead
             logits = logits.float()

@@ -234,8 +234,8 @@ def verify_sampled_logits(logits: torch.Tensor, sampling: SamplingConfig, p_draf
 class SampledCheck:
     """A sampled verification on a CPU in two halves: made before the target's pass (the generator's draws,
     :class:`DrawnAhead`, and the kernel call's arguments), decided on the pass's logits (k+1, V) after it. What
-    ``verify_sampled(process_logits(logits, sampling), ...)`` gives, draw for draw. At a temperature alone on
-    bfloat16 logits the decision is one call of rows.c's sd_verify_sampled: the same float32 probabilities and
+    ``verify_sampled(process_logits(logits, sampling), ...)`` gives, draw for draw. On bfloat16 logits (temperature,
+    top-k, top-p) the decision is one call of rows.c's sd_verify_sampled: the same float32 probabilities and
     comparisons, without the (k+1, V) distributions made first (a row after the first rejection is never computed)
     or the tensor calls around them (a k=0 or k=1 verification after a pass on a 2-core AMD EPYC: 0.24 ms, ~0.05
     of it the kernel); else process_logits and verify_sampled with the draws made ahead.
@@ -250,7 +250,7 @@ class SampledCheck:
         self.draws = DrawnAhead(generator, k)
         self.tokens = draft_tokens.tolist()
         self._call = None
-        lib = kernels.library() if sampling.temperature_only else None
+        lib = kernels.library() if sampling.one_call else None
         fits = (p_draft is None or (p_draft.dtype == torch.float32 and p_draft.is_contiguous())) and (
             draft_ids is None or (draft_ids.dtype == torch.int64 and draft_ids.is_contiguous())) and (
             p_draft is None or draft_ids is not None or p_draft.shape[-1] == vocab)  # a wide draft's rows: whole rows
@@ -260,7 +260,7 @@ class SampledCheck:
             self.scratch = scratch = torch.empty(2, vocab, dtype=torch.float32)
         cols = self.tokens if draft_pos is None else draft_pos.tolist()
         self._next = ctypes.c_int64()
-        self._call = (lib.sd_verify_sampled, k, vocab, 1.0 / sampling.temperature,
+        self._call = (lib.sd_verify_sampled, k, vocab, 1.0 / sampling.temperature, sampling.top_k, sampling.top_p,
                       (ctypes.c_int64 * (k + 1))(*self.tokens), None if p_draft is None else p_draft.data_ptr(),
                       0 if p_draft is None else p_draft.shape[-1], (ctypes.c_int64 * (k + 1))(*cols),
                       None if draft_ids is None else draft_ids.data_ptr(),

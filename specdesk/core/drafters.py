@@ -234,7 +234,7 @@ class ModelDrafter(Drafter):
         by_ids = self.ids_path and self.device.type == "cpu"
         if by_ids and sampling.greedy and not any(w > 1 for w in widths[:k]):
             return self._propose_greedy(ids, k, keep)
-        if by_ids and sampling.temperature_only:
+        if by_ids and sampling.one_call:
             return self._propose_sampled(ids, k, sampling, generator, keep)
         logits = self._first(ids, by_ids=True) if by_ids else self._first(ids)
         tokens, probs, confidences, leaves, cols = [], [], [], [], []
@@ -287,9 +287,10 @@ class ModelDrafter(Drafter):
         return Proposal(tokens, p, conf, setup_s=self.setup_s)
 
     def _propose_sampled(self, ids: list[int], k: int, sampling, generator, keep: KeepDrafting | None) -> Proposal:
-        """A chain sampled at a temperature alone with the tokens as ints: per drafted token the forward, the uniform
-        draw_one would draw, then softmax and the draw in one call (kernels.softmax_draw) into the proposal's row of
-        probabilities: the same draws in the same order, so the same tokens and probabilities as the general loop."""
+        """A sampled chain with the tokens as ints: per drafted token the forward, the uniform draw_one would draw, then
+        the distribution (temperature, top-k, top-p) and the draw in one call (kernels.softmax_draw) into the proposal's
+        row of probabilities: the same draws in the same order, so the same tokens and probabilities as the general
+        loop."""
         feed = self._catch_up(ids, by_ids=True)
         v, head = self.vocab, self._head_list
         probs = torch.empty(k, v, dtype=torch.float32)  # (k, vocab), or (k, H) over a reduced head's tokens
@@ -300,7 +301,8 @@ class ModelDrafter(Drafter):
         for i in range(k):
             logits = self._forward_ids(feed)
             u = torch.rand(1, 1, generator=generator, device=self.device, dtype=torch.float32)
-            at = kernels.softmax_draw(logits, sampling.temperature, float(u), base + 4 * v * i)
+            at = kernels.softmax_draw(logits, sampling.temperature, float(u), base + 4 * v * i, sampling.top_k,
+                                      sampling.top_p)
             if at is None:  # torch's form (no kernels here)
                 probs[i] = process_logits(logits, sampling)
                 at = draw_at(probs[i], u)

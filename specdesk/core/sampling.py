@@ -36,9 +36,10 @@ class SamplingConfig:
         return self.temperature == 0.0
 
     @property
-    def temperature_only(self) -> bool:
-        """Sampling at a temperature with neither top-k nor top-p (process_logits' one-kernel case)."""
-        return not self.greedy and self.top_k == 0 and self.top_p >= 1.0
+    def one_call(self) -> bool:
+        """Sampling whose draws and verification rows.c makes in one call each on a CPU (any temperature, top-k and
+        top-p: the drafter's chain, acceptance.SampledCheck); greedy decoding reads argmaxes instead."""
+        return not self.greedy
 
 
 def process_logits(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

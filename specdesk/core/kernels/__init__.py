@@ -116,9 +116,11 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     lib.sd_sample_f32.restype = ctypes.c_int64
     lib.sd_sample_f32.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_double]
     lib.sd_softmax_draw.restype = ctypes.c_int64
-    lib.sd_softmax_draw.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_void_p]
+    lib.sd_softmax_draw.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int64, ctypes.c_double,
+                                    ctypes.c_double, ctypes.c_void_p]
     lib.sd_verify_sampled.restype = ctypes.c_int64
-    lib.sd_verify_sampled.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float] + [
+    lib.sd_verify_sampled.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_int64,
+                                      ctypes.c_double] + [
         ctypes.c_void_p] * 2 + [ctypes.c_int64] + [ctypes.c_void_p] * 3 + [ctypes.c_double] + [ctypes.c_void_p] * 3
     lib.sd_process_bf16.restype = ctypes.c_int
     lib.sd_process_bf16.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_int64,
@@ -289,16 +291,16 @@ def process(logits, temperature: float, top_k: int, top_p: float):
     return out
 
 
-def softmax_draw(logits, temperature: float, u: float, out: int) -> int | None:
-    """A sampled token from one bfloat16 row (V,) on a CPU: softmax(logits / temperature) into the V float32 values
-    at address ``out`` (:func:`softmax`'s), then the draw at ``u`` (:func:`sample_one`'s), in one call. None where the
-    kernels do not run (or out of memory)."""
+def softmax_draw(logits, temperature: float, u: float, out: int, top_k: int = 0, top_p: float = 1.0) -> int | None:
+    """A sampled token from one bfloat16 row (V,) on a CPU: softmax(logits / temperature), with ``top_k`` and ``top_p``
+    (:func:`process`'s), into the V float32 values at address ``out`` (:func:`softmax`'s at a temperature alone), then
+    the draw at ``u`` (:func:`sample_one`'s), in one call. None where the kernels do not run (or out of memory)."""
     import torch
 
     lib = _for(logits, torch.bfloat16)
     if lib is None or not logits.is_contiguous():
         return None
-    at = lib.sd_softmax_draw(logits.data_ptr(), logits.shape[-1], 1.0 / temperature, u, out)
+    at = lib.sd_softmax_draw(logits.data_ptr(), logits.shape[-1], 1.0 / temperature, top_k, top_p, u, out)
     return at if at >= 0 else None
 
 

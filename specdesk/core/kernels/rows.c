@@ -387,17 +387,28 @@ void sd_residual_f32(const float *pt, int64_t v, const float *pd, const int64_t 
     for (int64_t j = 0; j < v; j++) out[j] *= inv;
 }
 
-/* A sampled draft token: softmax(x * inv_t) of one bfloat16 row into out (sd_softmax_bf16's values), then one draw
- * from it at u (sd_sample_f32's): what sampling.process_logits and draw_one give, in one call. Returns the index, or
- * -1 if out of memory. */
-int64_t sd_softmax_draw(const uint16_t *x, int64_t v, float inv_t, double u, float *out) {
-    sd_softmax_bf16(x, 1, v, inv_t, out);
+/* One row's sampling distribution: sd_softmax_bf16's at a temperature alone, else sd_process_bf16's (top-k, top-p).
+ * Returns 0, or -1 if out of memory. */
+static int row_probs(const uint16_t *x, int64_t v, float inv_t, int64_t top_k, double top_p, float *out) {
+    if ((top_k <= 0 || top_k >= v) && top_p >= 1.0) {
+        sd_softmax_bf16(x, 1, v, inv_t, out);
+        return 0;
+    }
+    return sd_process_bf16(x, 1, v, inv_t, top_k, top_p, out);
+}
+
+/* A sampled draft token: one bfloat16 row's distribution (temperature 1 / inv_t, top-k, top-p: row_probs) into out,
+ * then one draw from it at u (sd_sample_f32's): what sampling.process_logits and draw_one give, in one call. Returns
+ * the index, or -1 if out of memory. */
+int64_t sd_softmax_draw(const uint16_t *x, int64_t v, float inv_t, int64_t top_k, double top_p, double u, float *out) {
+    if (row_probs(x, v, inv_t, top_k, top_p, out) != 0) return -1;
     return sd_sample_f32(out, v, u);
 }
 
-/* Speculative sampling's verification from the target's logits (k + 1, v) bfloat16 at temperature 1 / inv_t, as
- * acceptance.verify_sampled decides it on sampling.process_logits' rows: for each drafted token in turn, accept
- * while u[i] < min(1, pt / max(pd, FLT_MIN)) in float32 (pt from softmax(row i * inv_t), pd the draft's probability:
+/* Speculative sampling's verification from the target's logits (k + 1, v) bfloat16 at temperature 1 / inv_t with
+ * top-k and top-p (row_probs), as acceptance.verify_sampled decides it on sampling.process_logits' rows: for each
+ * drafted token in turn, accept while u[i] < min(1, pt / max(pd, FLT_MIN)) in float32 (pt from row i's distribution,
+ * pd the draft's probability:
  * pd_rows (k, h) at column cols[i], or 1 where pd_rows is NULL, a point mass); then one draw at u_next, from the
  * last row's distribution when every token was kept, else from the residual normalize(max(0, pt - pd)) of the
  * first rejected row (sd_residual_f32: the draft's probabilities belong to the tokens ids, h of them; with ids NULL
@@ -405,12 +416,13 @@ int64_t sd_softmax_draw(const uint16_t *x, int64_t v, float inv_t, double u, flo
  * rejection are never computed (a third of a k=2 step's softmax work at half acceptance). probs (v floats): left
  * holding the softmax of the row the draw comes from, or of the rejected row. Returns the number kept, with *next the
  * drawn token; -2 if out of memory. */
-int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float inv_t, const int64_t *tokens,
-                          const float *pd_rows, int64_t h, const int64_t *cols, const int64_t *ids, const float *u,
-                          double u_next, float *probs, float *residual, int64_t *next) {
+int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float inv_t, int64_t top_k, double top_p,
+                          const int64_t *tokens, const float *pd_rows, int64_t h, const int64_t *cols,
+                          const int64_t *ids, const float *u, double u_next, float *probs, float *residual,
+                          int64_t *next) {
     int64_t n = 0;
     for (; n < k; n++) {
-        sd_softmax_bf16(logits + n * v, 1, v, inv_t, probs);
+        if (row_probs(logits + n * v, v, inv_t, top_k, top_p, probs) != 0) return -2;
         const float pt = probs[tokens[n]];
         const float pd = pd_rows ? pd_rows[n * h + cols[n]] : 1.0f;
         const float q = pt / (pd > FLT_MIN ? pd : FLT_MIN);
@@ -418,7 +430,7 @@ int64_t sd_verify_sampled(const uint16_t *logits, int64_t k, int64_t v, float in
     }
     const float *from = probs;
     if (n == k) {
-        sd_softmax_bf16(logits + k * v, 1, v, inv_t, probs);
+        if (row_probs(logits + k * v, v, inv_t, top_k, top_p, probs) != 0) return -2;
     } else {
         const float one = 1.0f;
         if (pd_rows)
