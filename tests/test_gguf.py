@@ -95,6 +95,30 @@ def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggu
     assert predicted == measure_weight_bytes(loaded.model)
 
 
+def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwise(ggufs, tiny_target):
+    """--target-quant auto (the command line's and the app's default): a GGUF file of 4 bits a weight (Q4_0 here) on a
+    CPU loads and plans as q4; F32, F16 and Q8_0 files, a folder, a GPU and a compute dtype asked for stay as
+    stored; the command line plans the 4-bit file as q4 without being told."""
+    from specdesk.core.loading import auto_quant, load_model, resolve_quant
+    from specdesk.core.plan import plan
+
+    assert {q: resolve_quant(str(ggufs[q]), "auto", "cpu") for q in QTYPES} == {
+        "F32": "none", "F16": "none", "Q8_0": "none", "Q4_0": "q4"}
+    assert resolve_quant(str(tiny_target), "auto", "cpu") == "none"
+    assert auto_quant(ggufs["Q4_0"], "cuda") == "none" and auto_quant(ggufs["Q4_0"], "cpu", "float32") == "none"
+    assert resolve_quant(str(ggufs["Q4_0"]), "nf4", "cpu") == "nf4"  # a choice is kept
+    assert resolve_quant("no/such-model", "auto", "cpu") == "none"  # the load says what is wrong
+    loaded = load_model(str(ggufs["Q4_0"]), "auto", device="cpu")
+    assert loaded.quant == "q4" and loaded.dtype == "bfloat16"
+    assert load_model(str(ggufs["Q8_0"]), "auto", device="cpu").quant == "none"
+    common = dict(drafter="none", device="cpu", budget_bytes=2**33, recommend=False)
+    auto = plan(str(ggufs["Q4_0"]), target_quant="auto", **common)
+    assert auto.target.quant == "q4" and auto.total_bytes == plan(
+        str(ggufs["Q4_0"]), target_quant="q4", **common).total_bytes
+    r = specdesk("plan", "--target", str(ggufs["Q4_0"]), "--device", "cpu", "--drafter", "none")
+    assert r.returncode == 0 and ", q4;" in r.stdout, r.stdout + r.stderr
+
+
 def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(gguf_dir, tiny_target):
     from specdesk.core.loading import load_model
     from specdesk.core.models.convert import entry_dir, needed_bytes

@@ -31,9 +31,10 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
                    help="model (a draft model), model+lookup (the draft model, and prompt lookup where the text "
                         "repeats; the default with a draft), ngram (prompt lookup, no extra model; the default "
                         "without one) or none (plain decoding)")
-    g.add_argument("--target-quant", choices=QUANTS, default="none",
-                   help="quantization of the target: bitsandbytes int8/nf4/fp4, or q4 (4-bit codes through torch's "
-                        "CPU int4 kernel, bfloat16 activations; CPU only)")
+    g.add_argument("--target-quant", choices=QUANTS, default="auto",
+                   help="quantization of the target: bitsandbytes int8/nf4/fp4, q4 (4-bit codes through specdesk's "
+                        "CPU kernels, bfloat16 activations; CPU only), none (as stored), or auto (the default: q4 for "
+                        "a GGUF file of 4 bits a weight or fewer on a CPU, else none)")
     g.add_argument("--draft-quant", choices=QUANTS, default="none", help="quantization of the draft (as --target-quant)")
     g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")
     g.add_argument("--dtype", choices=DTYPES, default="auto", help="compute dtype (auto: bf16/fp16 on CUDA, fp32 on CPU)")

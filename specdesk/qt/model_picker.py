@@ -20,8 +20,8 @@ from specdesk.qt.tasks import run_task
 from specdesk.qt.worker import LoadRequest
 
 NGRAM, NONE = "__ngram__", "__none__"
-QUANT_LABELS = {"none": "none (full precision)", "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)",
-                "nf4+dq": "nf4 + double quant", "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU int4 kernel)"}
+QUANT_LABELS = {"auto": "auto (q4 for a 4-bit GGUF on a CPU)", "none": "none (full precision)", "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)",
+                "nf4+dq": "nf4 + double quant", "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU)"}
 
 
 def quant_label(method: str, double_quant: bool) -> str:
@@ -40,8 +40,9 @@ def _quant_box() -> QComboBox:
     box = QComboBox()
     for q, text in QUANT_LABELS.items():
         box.addItem(text, q)
-    box.setToolTip("int8, nf4, fp4: bitsandbytes quantization. q4: 4-bit groups of 32 through torch's CPU int4 "
-                   "kernel, bfloat16 activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes)")
+    box.setToolTip("auto: q4 for a GGUF file of 4 bits a weight or fewer on a CPU, else as stored. int8, nf4, fp4: "
+                   "bitsandbytes quantization. q4: 4-bit groups of 32 through specdesk's CPU kernels, bfloat16 "
+                   "activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes)")
     return box
 
 

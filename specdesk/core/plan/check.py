@@ -88,6 +88,10 @@ def check_generation(target: str, draft: str | None = None, *, drafter: str, tar
     does not fit; ``candidate_drafts`` as for :func:`~specdesk.core.plan.plan` (None asks model discovery).
     """
     context = prompt_tokens + max_new_tokens
+    from specdesk.core.loading import resolve_quant
+
+    target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
+    draft_quant = resolve_quant(draft, draft_quant, device, dtype) if draft is not None else draft_quant
     common = dict(drafter=drafter, target_quant=target_quant, draft_quant=draft_quant, double_quant=double_quant,
                   dtype=dtype, device=device, k=k, budget_bytes=budget_bytes, budget_source=budget_source,
                   use_history=False, tree=tree)

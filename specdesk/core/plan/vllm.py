@@ -152,6 +152,8 @@ def export_vllm(target: str, draft: str | None = None, *, drafter: str | None = 
     from specdesk.core.plan.planner import plan
 
     check_gpus(gpus)
+    target_quant = "none" if target_quant == "auto" else target_quant  # on GPUs auto is the model as stored
+    draft_quant = "none" if draft_quant == "auto" else draft_quant
     tq = target_quant + ("+dq" if double_quant and target_quant in ("nf4", "fp4") else "")
     dq = draft_quant + ("+dq" if double_quant and draft_quant in ("nf4", "fp4") else "")
     p = plan(target, draft, drafter=drafter, target_quant=tq, draft_quant=dq, dtype=dtype, device="cuda",
