@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from conftest import DEMO
 from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
 
@@ -37,3 +35,22 @@ def test_offered_first_and_greedy_output_is_the_targets(smollm2_gguf):  # noqa: 
     plain = spec.generate(ids, max_new_tokens=32, drafter="none")
     fast = spec.generate(ids, max_new_tokens=32, k=4)
     assert fast.token_ids == plain.token_ids and fast.stats.accepted > 0
+
+
+def test_the_command_line_drafts_with_it_when_no_draft_is_given(smollm2_gguf, tiny_target):  # noqa: F811
+    """`specdesk generate` (and serve) with no --draft take the bundled draft distilled for this very target (the
+    card's sha256), say so on stderr, and leave it out when told; any other target (here a tiny folder) finds none."""
+    import subprocess
+    import sys
+
+    from specdesk.core.discovery import own_draft
+
+    assert own_draft(str(smollm2_gguf)) == str(DRAFT)
+    assert own_draft(str(tiny_target)) is None and own_draft("demo-target") is None
+    runs = {}
+    for extra in ((), ("--drafter", "ngram")):
+        r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--target", str(smollm2_gguf), "--prompt", "Hi",
+                            "--max-new-tokens", "4", "--json", *extra], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        runs[extra] = (json.loads(r.stdout)["drafter"], "drafting with smollm2-135m-instruct-draft" in r.stderr)
+    assert runs == {(): ("model+lookup", True), ("--drafter", "ngram"): ("ngram", False)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from specdesk.core.loading import DTYPES, QUANTS
 from specdesk.core.tree import SUGGESTED, widths_text
@@ -59,6 +60,19 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
                    help=f"greedy: candidates the draft offers per depth, checked in the same target pass (e.g. "
                         f"{SUGGESTED_TREE}: its best 4 tokens at depth 1, best 2 at depth 2; pays where a pass over "
                         f"more positions costs little more, as on a GPU); default none = a plain chain")
+
+
+def use_own_draft(args, say) -> None:
+    """No --draft given (and a drafter that may use one): the bundled draft distilled for this very target, if there is
+    one (discovery.own_draft), with a line on stderr saying so."""
+    if args.draft is not None or args.drafter not in (None, "model", "model+lookup") or args.target == "demo-target":
+        return
+    from specdesk.core.discovery import own_draft
+
+    found = own_draft(args.target)
+    if found is not None:
+        args.draft = found
+        say(f"drafting with {Path(found).name}, distilled for this model (--drafter ngram or none: without it)")
 
 
 def load_engine(args, progress=None):

@@ -9,7 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
-from specdesk.commands.common import add_model_args, add_sampling_args, end_progress, load_engine, tty_progress
+from specdesk.commands.common import (add_model_args, add_sampling_args, end_progress, load_engine, tty_progress,
+                                      use_own_draft)
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, StepEvent
 from specdesk.core.pairing import MODEL_DRAFTERS, resolve_drafter
@@ -78,6 +79,7 @@ def record_peak(engine, context: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    use_own_draft(args, lambda m: print(f"specdesk: {m}", file=sys.stderr))
     resolve_drafter(args.target, args.draft, args.drafter)  # contradictions fail before anything loads
     settings = settings_from(args)  # bad values fail here, before any model is loaded
     prompt = read_prompt(args)

@@ -8,7 +8,7 @@ import sys
 import threading
 from pathlib import Path
 
-from specdesk.commands.common import add_model_args, load_engine
+from specdesk.commands.common import add_model_args, load_engine, use_own_draft
 from specdesk.core.gcload import collector_paused
 from specdesk.core.pairing import resolve_drafter
 
@@ -35,12 +35,13 @@ def run(args: argparse.Namespace) -> int:
     from specdesk.serve import EngineHost, SpecdeskServer
     from specdesk.serve.server import is_loopback
 
+    say = lambda m: print(f"specdesk serve: {m}", file=sys.stderr, flush=True)  # noqa: E731
+    use_own_draft(args, say)
     resolve_drafter(args.target, args.draft, args.drafter)
     if not (0 <= args.port <= 65535):
         raise BadSetting(f"--port must be 0..65535, got {args.port}")
     if not is_loopback(args.host) and not args.api_key:
         raise BadSetting(f"listening on {args.host} (not this machine only) needs --api-key")
-    say = lambda m: print(f"specdesk serve: {m}", file=sys.stderr, flush=True)  # noqa: E731
     with collector_paused():  # core/gcload.py: a faster load, and later collections skip the model's objects
         engine = load_engine(args, progress=say)
         say("warming up")

@@ -293,6 +293,44 @@ def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bo
     return False, ""
 
 
+def own_draft(target: str) -> str | None:
+    """The bundled draft distilled for exactly ``target`` (its card names the target file's sha256), or None: what
+    `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: only a target with
+    the vocabulary and hidden size a bundled draft borrows is hashed (SmolLM2's 98 MB file: ~0.2 s, once a process)."""
+    try:
+        t_path = resolve(target)
+    except SpecdeskError:
+        return None
+    if t_path.is_dir() and t_path.parent == bundled_models_dir():
+        return None  # the demo models have their own pairing
+    t_entry = None
+    for path in _bundled_drafts(bundled_models_dir()):
+        e = describe_folder(path, path.name, "bundled")
+        want = e.draft_for or {}
+        if not e.usable or not want.get("sha256"):
+            continue
+        t_entry = t_entry or describe_path(t_path, target, "target")
+        if t_entry.vocab_size != want.get("vocab_size") or _hidden_size(t_path) != want.get("hidden_size"):
+            continue
+        if _distilled_fit(e, t_path, t_entry)[0]:
+            return str(path)
+    return None
+
+
+def _hidden_size(path: Path) -> int | None:
+    """A model's hidden size from its GGUF header or config.json (no model built), or None."""
+    try:
+        if path.is_dir():
+            cfg = json.loads((path / "config.json").read_text())
+            return cfg.get("hidden_size") or _text_config(cfg).get("hidden_size")
+        from specdesk.core.models.ggufheader import read_gguf_header
+
+        header = read_gguf_header(path)
+        return header.metadata.get(f"{header.architecture}.embedding_length")
+    except (OSError, ValueError, SpecdeskError):
+        return None
+
+
 def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
     """An added folder inside a store (or a file listed twice) shows once, where it was first found."""
     seen, out = set(), []
