@@ -196,6 +196,26 @@ static float kth_largest_bf16(const uint16_t *row, int64_t v, int64_t k) {
     return bf(h);
 }
 
+/* A probability's binary exponent (its float32 exponent field), 0 for no mass: top-p's buckets. */
+static inline int exponent_bucket(float q) {
+    uint32_t bits;
+    memcpy(&bits, &q, 4);
+    return q > 0.0f ? (int)((bits >> 23) & 255u) : 0;
+}
+
+/* The sum of v float32 values in a fixed order: LANES lane sums over the whole blocks, then the tail (sd_residual_f32
+ * and sd_process_bf16 normalize by it). */
+static float lane_sum(const float *o, int64_t v) {
+    float sums[LANES] = {0};
+    const int64_t full = v / LANES * LANES;
+    for (int64_t j0 = 0; j0 < full; j0 += LANES)
+        for (int l = 0; l < LANES; l++) sums[l] += o[j0 + l];
+    float s = 0.0f;
+    for (int l = 0; l < LANES; l++) s += sums[l];
+    for (int64_t j = full; j < v; j++) s += o[j];
+    return s;
+}
+
 /* Probabilities of index and value, ascending by value then index (the order top-p removes them in). */
 typedef struct {
     float p;
@@ -224,10 +244,10 @@ int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_
         const uint16_t *row = x + r * v;
         float *o = out + r * v;
         const float floor_x = (top_k > 0 && top_k < v) ? kth_largest_bf16(row, v, top_k) : -INFINITY;
-        const int64_t full = v / LANES * LANES;
         float m = -INFINITY, total = 0.0f;
         int64_t j = 0;
 #if defined(__AVX512F__)
+        const int64_t full = v / 16 * 16;
         __m512 vtop = _mm512_set1_ps(-INFINITY);
         for (; j < full; j += 16) vtop = _mm512_max_ps(vtop, load_bf16x16(row + j));
         m = _mm512_reduce_max_ps(vtop);
@@ -263,9 +283,7 @@ int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_
                     continue;
                 }
                 const float q = o[j] * inv;
-                uint32_t bits;
-                memcpy(&bits, &q, 4);
-                const int e = q > 0.0f ? (int)((bits >> 23) & 255u) : 0;
+                const int e = exponent_bucket(q);
                 mass[e] += q;
                 count[e]++;
             }
@@ -285,9 +303,7 @@ int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_
             for (int64_t j = 0; j < v; j++) {
                 if (o[j] == 0.0f) continue;
                 const float q = o[j] * inv;
-                uint32_t bits;
-                memcpy(&bits, &q, 4);
-                const int e = q > 0.0f ? (int)((bits >> 23) & 255u) : 0;
+                const int e = exponent_bucket(q);
                 if (e < b) o[j] = 0.0f;
                 else if (e == b) edge[c++] = (ranked){q, j};
             }
@@ -299,13 +315,7 @@ int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_
             }
             free(edge);
         }
-        float sums[LANES] = {0};
-        for (int64_t j0 = 0; j0 < full; j0 += LANES)
-            for (int l = 0; l < LANES; l++) sums[l] += o[j0 + l];
-        float s = 0.0f;
-        for (int l = 0; l < LANES; l++) s += sums[l];
-        for (j = full; j < v; j++) s += o[j];
-        const float inv = 1.0f / s;
+        const float inv = 1.0f / lane_sum(o, v);
         for (j = 0; j < v; j++) o[j] *= inv;
     }
     return 0;
@@ -372,13 +382,7 @@ void sd_residual_f32(const float *pt, int64_t v, const float *pd, const int64_t 
             out[ids[i]] = d > 0.0f ? d : 0.0f;
         }
     }
-    float sums[LANES] = {0};
-    const int64_t full = v / LANES * LANES;
-    for (int64_t j0 = 0; j0 < full; j0 += LANES)
-        for (int l = 0; l < LANES; l++) sums[l] += out[j0 + l];
-    float s = 0.0f;
-    for (int l = 0; l < LANES; l++) s += sums[l];
-    for (int64_t j = full; j < v; j++) s += out[j];
+    const float s = lane_sum(out, v);
     if (!(s > 0.0f)) {
         memcpy(out, pt, (size_t)v * sizeof(float));
         return;
