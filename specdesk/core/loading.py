@@ -246,10 +246,12 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
 
 
 def resolve_quant(ref, quant: str, device: str = "auto", dtype: str = "auto") -> str:
-    """``quant`` with "auto" made concrete for model ``ref`` on ``device`` (see :func:`auto_quant`); a reference that
-    does not resolve gives none (loading it says why)."""
+    """``quant`` with "auto" made concrete for model ``ref`` on ``device`` (see :func:`auto_quant`); no model (ref
+    None), or a reference that does not resolve, gives none (loading it says why)."""
     if quant != "auto":
         return quant
+    if ref is None:
+        return "none"
     try:
         return auto_quant(resolve(ref), resolve_device(device), dtype)
     except SpecdeskError:

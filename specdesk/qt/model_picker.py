@@ -20,8 +20,9 @@ from specdesk.qt.tasks import run_task
 from specdesk.qt.worker import LoadRequest
 
 NGRAM, NONE = "__ngram__", "__none__"
-QUANT_LABELS = {"auto": "auto (q4 for a 4-bit GGUF on a CPU)", "none": "none (full precision)", "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)",
-                "nf4+dq": "nf4 + double quant", "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU)"}
+QUANT_LABELS = {"auto": "auto (q4 for a 4-bit GGUF on a CPU)", "none": "none (full precision)",
+                "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)", "nf4+dq": "nf4 + double quant",
+                "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU)"}
 
 
 def quant_label(method: str, double_quant: bool) -> str:

@@ -91,7 +91,7 @@ def check_generation(target: str, draft: str | None = None, *, drafter: str, tar
     from specdesk.core.loading import resolve_quant
 
     target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
-    draft_quant = resolve_quant(draft, draft_quant, device, dtype) if draft is not None else draft_quant
+    draft_quant = resolve_quant(draft, draft_quant, device, dtype)
     common = dict(drafter=drafter, target_quant=target_quant, draft_quant=draft_quant, double_quant=double_quant,
                   dtype=dtype, device=device, k=k, budget_bytes=budget_bytes, budget_source=budget_source,
                   use_history=False, tree=tree)

@@ -387,10 +387,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     k_int = _check_k(k)
     from specdesk.core.loading import resolve_quant
 
-    if target_quant == "auto":  # as the load makes it (a 4-bit GGUF file on a CPU: q4)
-        target_quant = resolve_quant(target, target_quant, device, dtype)
-    if draft_quant == "auto":
-        draft_quant = resolve_quant(draft, draft_quant, device, dtype) if draft is not None else "none"
+    target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
+    draft_quant = resolve_quant(draft, draft_quant, device, dtype)
     drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     if drafter == HYBRID:  # the draft model with prompt lookup beside it: the same models in memory
         drafter = "model"
