@@ -115,6 +115,7 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
     # the embedding is the target's own tensor, not a copy
     assert d.model.get_input_embeddings().weight.data_ptr() == spec.target.model.get_input_embeddings().weight.data_ptr()
     assert d.params < 100_000 and spec.describe()["draft"]["borrowed_from_target"] == ["model.embed_tokens.weight"]
+    assert d.tokenizer is spec.target.tokenizer  # its tokenizer files are the target's, byte for byte: not read again
     drafted = 0
     for prompt in PROMPTS:
         want = plain.generate(prompt, max_new_tokens=40).token_ids
@@ -123,6 +124,26 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
             assert got.token_ids == want, (prompt, k, tree)
             drafted += got.stats.drafted
     assert drafted > 0
+
+
+def test_a_draft_whose_tokenizer_files_differ_reads_its_own(distilled, distill_target, tmp_path):
+    import shutil
+
+    import specdesk
+    from specdesk.core.loading import same_tokenizer_files
+
+    out, _ = distilled
+    assert same_tokenizer_files(out, distill_target) and not same_tokenizer_files(out, tmp_path)
+    other = tmp_path / "draft"
+    shutil.copytree(out, other)
+    cfg = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "tokenizer_config.json").write_text(json.dumps({**cfg, "model_max_length": 77}))
+    assert not same_tokenizer_files(other, distill_target)
+    spec = specdesk.load(str(distill_target), str(other), device="cpu")
+    assert spec.draft.tokenizer is not spec.target.tokenizer and spec.draft.tokenizer.model_max_length == 77
+    shutil.copy(other / "tokenizer.json", other / "tokenizer.model")  # a file the target's folder lacks
+    (other / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert not same_tokenizer_files(other, distill_target)
 
 
 def check_follows_a_q4_target(target, out):
