@@ -453,6 +453,10 @@ def test_a_head_stored_with_a_drafts_rows_first_gives_the_same_logits_and_the_dr
     assert int4.stored(nn.Sequential(view)) == (48 * 128, 320 * 8)  # the map it added, not the rows
     assert int4.share_rows(head, ids[:40]) is None  # whole blocks of 16 only
     assert int4.share_rows(shared, ids) is None  # shared once
+    some = torch.tensor([5, 319, 0, 17, 17, 200])  # any rows, repeats too: those rows of the whole dequantized head
+    for h in (head, shared):
+        assert torch.equal(h.dequantized_rows(some), h.dequantized()[some])
+        assert torch.equal(h.dequantized_rows(ids), head.dequantized()[ids])
 
 
 def test_a_q4_targets_distilled_draft_reads_its_head_rows_from_the_targets(models_dir, march):

@@ -312,6 +312,20 @@ class NativeQ8Linear(_Native, Q8Linear):
     def dequantized(self) -> torch.Tensor:
         return self.steps().repeat_interleave(GROUP, dim=1) * self.codes().float()
 
+    def dequantized_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """``dequantized()[ids]`` (the same values) without widening every row: a draft's 8,192 rows of SmolLM2's
+        49,152-row head took 0.2 s the long way at every load."""
+        ids = ids.to(torch.int64).cpu()
+        if self.out_map is not None:  # output i is stored row where[i]
+            where = torch.empty_like(self.out_map)
+            where[self.out_map] = torch.arange(self.out_map.numel())
+            ids = where[ids]
+        nb, g = self.packed.shape[:2]
+        blocks, cols = ids // 16, ids % 16
+        codes = self.packed.view(nb, g, 8, 16, 4)[blocks, :, :, cols, :]  # (m, G, 8, 4): inputs 32g + 4j + i
+        steps = self.scales_zeros[blocks, :, cols].float()  # (m, G)
+        return steps.repeat_interleave(GROUP, dim=1) * codes.reshape(ids.numel(), -1).to(torch.int32).float()
+
     def stored_bytes(self) -> int:
         """What this head holds of its own: codes and steps, or for a view of another head's rows (a draft's reduced
         head sharing its target's) the column map the shared head gained for it."""

@@ -131,11 +131,12 @@ def attach_borrowed(draft, target_model, head_ids: torch.Tensor | None) -> None:
         lin = torch.nn.Linear(head.shape[1], head.shape[0], bias=False, device="meta")
         lin.weight = head
     else:
-        head = _head_weight(target_model)
+        rows = getattr(module, "dequantized_rows", None)  # a q4 target's own-kernel head: only those rows widened
+        head = rows(head_ids) if rows is not None else _head_weight(target_model)[head_ids.to(emb.device)]
         dtype = module.weight.dtype if isinstance(module, torch.nn.Linear) else emb.dtype
         lin = torch.nn.Linear(head.shape[1], int(head_ids.numel()), bias=False, device=head.device, dtype=dtype)
         with torch.no_grad():
-            lin.weight.copy_(head[head_ids.to(head.device)])
+            lin.weight.copy_(head)
         lin.weight.requires_grad_(False)
     draft.lm_head = lin
     draft.model.embed_tokens.weight.requires_grad_(False)
