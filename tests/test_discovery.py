@@ -107,3 +107,40 @@ def test_generate_with_a_cached_hub_id(hub_cache, tmp_path):
     r = specdesk("generate", "--target", "acme/partial-model", "--drafter", "none", "--prompt", "x",
                  env_extra=env)
     assert r.returncode == 2 and "no weights" in r.stderr
+
+
+def test_a_target_files_sha256_is_kept_across_processes(tmp_path, monkeypatch):
+    """own_draft hashes a target that could be a bundled draft's (SmolLM2's 98 MB file: ~0.2 s a one-shot call);
+    a file's sha256 is kept in the user cache by path, size and modification time, a folder's only in the process."""
+    import hashlib
+    import os
+
+    from specdesk.core import discovery
+    from specdesk.core.distill import pipeline
+
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"weights" * 1000)
+    want = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert discovery._target_sha256(f) == want and (tmp_path / "cache" / discovery.HASHES_FILE).exists()
+    discovery._hashes.clear()  # as a new process: read back, not hashed
+
+    def refuse(path):
+        raise AssertionError("hashed again")
+    monkeypatch.setattr(pipeline, "file_sha256", refuse)
+    assert discovery._target_sha256(f) == want
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
+    f.write_bytes(b"other weights" * 1000)  # another size and time: hashed again
+    os.utime(f, ns=(1, 1))
+    discovery._hashes.clear()
+    assert discovery._target_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x" * 100)
+    discovery._target_sha256(folder)
+    saved = (tmp_path / "cache" / discovery.HASHES_FILE).read_text()
+    assert str(f.resolve()) in saved and str(folder.resolve()) not in saved
+    (tmp_path / "cache" / discovery.HASHES_FILE).write_text("{not json")  # a broken cache: hashed, and rewritten
+    discovery._hashes.clear()
+    assert discovery._target_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -261,19 +262,58 @@ def _bundled_drafts(bundled: Path) -> list[Path]:
 
 
 _hashes: dict[tuple, str] = {}
+HASHES_FILE = "sha256.json"  # in the user cache: a target file's sha256 by path, size and modification time
+
+
+def _hash_file() -> Path:
+    return userdirs.cache_dir() / HASHES_FILE
+
+
+def _saved_hash(key: tuple) -> str | None:
+    try:
+        saved = json.loads(_hash_file().read_text()).get(key[0])
+    except (OSError, ValueError, AttributeError):
+        return None
+    return saved[2] if isinstance(saved, list) and len(saved) == 3 and tuple(saved[:2]) == key[1:] else None
+
+
+def _save_hash(key: tuple, sha: str) -> None:
+    """Kept across processes (a one-shot `specdesk generate` hashed SmolLM2's 98 MB file every call: ~0.15-0.2 s);
+    a cache that cannot be written is only slower."""
+    path = _hash_file()
+    try:
+        try:
+            saved = json.loads(path.read_text())
+            saved = saved if isinstance(saved, dict) else {}
+        except (OSError, ValueError):
+            saved = {}
+        saved[key[0]] = [key[1], key[2], sha]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(saved))
+        os.replace(tmp, path)  # whole or not at all
+    except OSError:
+        pass
 
 
 def _target_sha256(path: Path) -> str | None:
-    """The sha256 a distilled draft names for its target (a GGUF file's, or a folder's weights), cached."""
+    """The sha256 a distilled draft names for its target (a GGUF file's, or a folder's weights), cached in the
+    process, and a file's also in the user cache by path, size and modification time."""
     from specdesk.core.distill.pipeline import file_sha256
 
     try:
         st = path.stat()
     except OSError:
         return None
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _hashes:
-        _hashes[key] = file_sha256(path)
+        kept = path.is_file()  # a folder's size and time do not follow its files' contents: hashed once a process
+        sha = _saved_hash(key) if kept else None
+        if sha is None:
+            sha = file_sha256(path)
+            if kept:
+                _save_hash(key, sha)
+        _hashes[key] = sha
     return _hashes[key]
 
 
@@ -295,40 +335,45 @@ def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bo
 
 def own_draft(target: str) -> str | None:
     """The bundled draft distilled for exactly ``target`` (its card names the target file's sha256), or None: what
-    `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: only a target with
-    the vocabulary and hidden size a bundled draft borrows is hashed (SmolLM2's 98 MB file: ~0.2 s, once a process)."""
+    `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: its vocabulary
+    and hidden size come from its header or config.json (describing it whole imported transformers' GGUF readers,
+    ~0.5 s of a one-shot call), and only a target with a bundled draft's shapes is hashed (SmolLM2's 98 MB file:
+    ~0.2 s, kept in the user cache)."""
     try:
         t_path = resolve(target)
     except SpecdeskError:
         return None
     if t_path.is_dir() and t_path.parent == bundled_models_dir():
         return None  # the demo models have their own pairing
-    t_entry = None
+    shapes = None
     for path in _bundled_drafts(bundled_models_dir()):
         e = describe_folder(path, path.name, "bundled")
         want = e.draft_for or {}
         if not e.usable or not want.get("sha256"):
             continue
-        t_entry = t_entry or describe_path(t_path, target, "target")
-        if t_entry.vocab_size != want.get("vocab_size") or _hidden_size(t_path) != want.get("hidden_size"):
+        shapes = shapes or _shapes(t_path)
+        if shapes != (want.get("vocab_size"), want.get("hidden_size")):
             continue
-        if _distilled_fit(e, t_path, t_entry)[0]:
+        if want["sha256"] == _target_sha256(t_path):
             return str(path)
     return None
 
 
-def _hidden_size(path: Path) -> int | None:
-    """A model's hidden size from its GGUF header or config.json (no model built), or None."""
+def _shapes(path: Path) -> tuple[int | None, int | None]:
+    """A model's (vocabulary, hidden size) from its GGUF header or config.json (no model built), or Nones."""
     try:
         if path.is_dir():
             cfg = json.loads((path / "config.json").read_text())
-            return cfg.get("hidden_size") or _text_config(cfg).get("hidden_size")
+            text = _text_config(cfg)
+            return cfg.get("vocab_size") or text.get("vocab_size"), cfg.get("hidden_size") or text.get("hidden_size")
         from specdesk.core.models.ggufheader import read_gguf_header
 
         header = read_gguf_header(path)
-        return header.metadata.get(f"{header.architecture}.embedding_length")
+        vocab = header.get("vocab_size") or header.metadata.get("tokenizer.ggml.tokens")
+        return (vocab if isinstance(vocab, int) else None,
+                header.metadata.get(f"{header.architecture}.embedding_length"))
     except (OSError, ValueError, SpecdeskError):
-        return None
+        return None, None
 
 
 def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
