@@ -412,7 +412,7 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
     info = borrow_info(source)
     if info is None:
         raise BadModel(f"{source} is not a distilled draft")
-    cfg = check_model_folder(source)
+    check_model_folder(source)  # a readable model folder, or BadModel
     theirs = getattr(target.tokenizer, "name_or_path", "")
     same = bool(theirs) and same_tokenizer_files(source, Path(theirs))
     tokenizer = target.tokenizer if same else load_tokenizer(source)
