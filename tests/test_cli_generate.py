@@ -48,6 +48,9 @@ def test_k_is_auto_unless_given():
     assert build_parser().parse_args(["generate", "--prompt", "x"]).k == "auto"
     assert build_parser().parse_args(["generate", "--prompt", "x", "--k", "4"]).k == 4
     assert build_parser().parse_args(["screenshot", "out.png"]).k == "auto"
+    # the screenshot shows the window as the app loads a model: a 4-bit GGUF as q4 unless told otherwise
+    assert build_parser().parse_args(["screenshot", "out.png"]).target_quant == "auto"
+    assert build_parser().parse_args(["generate", "--prompt", "x"]).target_quant == "auto"
 
 
 def test_generate_streams_text(tiny_target, tiny_draft):

@@ -32,7 +32,9 @@ def add_parser(sub) -> None:
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
     p.add_argument("--target", default="demo-target")
     p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, else prompt lookup")
-    p.add_argument("--target-quant", default="none", choices=QUANTS, help="the target's quantization (q4: CPU)")
+    p.add_argument("--target-quant", default="auto", choices=QUANTS,
+                   help="the target's quantization, as the app's: auto (the default: q4 for a GGUF file of 4 bits a "
+                        "weight or fewer on a CPU, else none), none, int8, nf4, fp4 or q4 (CPU)")
     p.add_argument("--no-compare", action="store_true", help="skip measuring plain decoding")
     p.add_argument("--size", default="1440x900", help="window size WIDTHxHEIGHT (default 1440x900)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each stage (default 600)")
