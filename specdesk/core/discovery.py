@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -270,28 +269,17 @@ def _hash_file() -> Path:
 
 
 def _saved_hash(key: tuple) -> str | None:
-    try:
-        saved = json.loads(_hash_file().read_text()).get(key[0])
-    except (OSError, ValueError, AttributeError):
-        return None
+    saved = userdirs.read_json_dict(_hash_file()).get(key[0])
     return saved[2] if isinstance(saved, list) and len(saved) == 3 and tuple(saved[:2]) == key[1:] else None
 
 
 def _save_hash(key: tuple, sha: str) -> None:
     """Kept across processes (a one-shot `specdesk generate` hashed SmolLM2's 98 MB file every call: ~0.15-0.2 s);
     a cache that cannot be written is only slower."""
-    path = _hash_file()
+    saved = userdirs.read_json_dict(_hash_file())
+    saved[key[0]] = [key[1], key[2], sha]
     try:
-        try:
-            saved = json.loads(path.read_text())
-            saved = saved if isinstance(saved, dict) else {}
-        except (OSError, ValueError):
-            saved = {}
-        saved[key[0]] = [key[1], key[2], sha]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(saved))
-        os.replace(tmp, path)  # whole or not at all
+        userdirs.write_json(_hash_file(), saved)
     except OSError:
         pass
 

@@ -59,23 +59,33 @@ def settings_path() -> Path:
     return config_dir() / "settings.json"
 
 
-def load_settings() -> dict:
-    """The user's settings; an unreadable file counts as empty (it is rewritten on the next save)."""
+def read_json_dict(path: Path) -> dict:
+    """A JSON object file's contents; a missing, unreadable or other file counts as empty (rewritten on the next
+    save)."""
     try:
-        data = json.loads(settings_path().read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def save_settings(settings: dict) -> None:
-    """Write atomically, so a crash never leaves half a settings file."""
-    path = settings_path()
+def write_json(path: Path, obj) -> None:
+    """Write atomically, so a crash never leaves half a file. Raises OSError if it cannot be written."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".json")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(settings, f, indent=2, sort_keys=True)
+        json.dump(obj, f, indent=2, sort_keys=True)
     os.replace(tmp, path)
+
+
+def load_settings() -> dict:
+    """The user's settings; an unreadable file counts as empty (it is rewritten on the next save)."""
+    return read_json_dict(settings_path())
+
+
+def save_settings(settings: dict) -> None:
+    write_json(settings_path(), settings)
 
 
 def update_settings(**changes) -> dict:
