@@ -354,12 +354,11 @@ def _shapes(path: Path) -> tuple[int | None, int | None]:
             cfg = json.loads((path / "config.json").read_text())
             text = _text_config(cfg)
             return cfg.get("vocab_size") or text.get("vocab_size"), cfg.get("hidden_size") or text.get("hidden_size")
+        from specdesk.core.models.gguf import vocab_size
         from specdesk.core.models.ggufheader import read_gguf_header
 
         header = read_gguf_header(path)
-        vocab = header.get("vocab_size") or header.metadata.get("tokenizer.ggml.tokens")
-        return (vocab if isinstance(vocab, int) else None,
-                header.metadata.get(f"{header.architecture}.embedding_length"))
+        return vocab_size(header), header.get("embedding_length")
     except (OSError, ValueError, SpecdeskError):
         return None, None
 

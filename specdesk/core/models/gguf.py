@@ -165,14 +165,19 @@ def parameter_count(header: GGUFHeader) -> int:
     return sum(t.numel for t in header.tensors if t.name not in NOT_PARAMETERS)
 
 
+def vocab_size(header: GGUFHeader) -> int | None:
+    """The vocabulary: the architecture's vocab_size, else the tokenizer's token count, or None."""
+    vocab = header.get("vocab_size") or header.metadata.get("tokenizer.ggml.tokens")
+    return vocab if isinstance(vocab, int) else None
+
+
 def _info(header: GGUFHeader, problem: str | None) -> GGUFInfo:
     md = header.metadata
-    vocab = header.get("vocab_size") or md.get("tokenizer.ggml.tokens")
     return GGUFInfo(
         path=header.path, architecture=header.architecture, name=md.get("general.name"),
         params=parameter_count(header), file_type=file_type_name(header) if header.tensors else "?",
         context_length=header.get("context_length"), chat_template=bool(md.get("tokenizer.chat_template")),
-        vocab_size=vocab if isinstance(vocab, int) else None, tokenizer=md.get("tokenizer.ggml.model"),
+        vocab_size=vocab_size(header), tokenizer=md.get("tokenizer.ggml.model"),
         stored_bytes=sum(t.nbytes for t in header.tensors), problem=problem, header=header)
 
 
