@@ -99,6 +99,42 @@ def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):
     assert events[-1].step == 9  # the same prompts: resumes
 
 
+def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, distill_target, tmp_path):
+    """--init-from with a plain draft: it starts as that draft (same held-out agreement at step 0, same head
+    tokens), the target answers only prompts past --skip-prompts, and the card and distill.json name the draft
+    it came from."""
+    from safetensors import safe_open
+
+    from specdesk.core.distill.pipeline import distill
+    from specdesk.core.distill.prompts import chat_prompts
+    from specdesk.core.distill.workdir import WorkDir
+    from specdesk.core.errors import BadSetting
+
+    first, _ = distilled
+    before = json.loads((first / "distill.json").read_text())
+    out = tmp_path / "more"
+    events = list(distill(small_config(distill_target, out, steps=6, train_prompts=16, skip_prompts=32,
+                                       init_from=str(first))))
+    after = json.loads((out / "distill.json").read_text())
+    assert after["curve"][0][2] == round(before["agreement"], 4)  # step 0 drafts exactly as the draft it starts from
+    with safe_open(first / "model.safetensors", "pt") as a, safe_open(out / "model.safetensors", "pt") as b:
+        assert torch.equal(a.get_tensor("specdesk.head_ids"), b.get_tensor("specdesk.head_ids"))
+    answered = [s.prompt for name in WorkDir(out).train_shards() for s in WorkDir(out).load_shard(name)]
+    assert len(answered) == 16 and events[-1].step == 6
+    from specdesk.core.distill.data import chat_ids
+    from specdesk.core.loading import load_model
+
+    tok = load_model(str(distill_target), device="cpu").tokenizer
+    seeded = [tuple(chat_ids(tok, m)) for m in chat_prompts(48)]
+    assert {tuple(p) for p in answered} == set(seeded[32:])  # the 16 after the first 32, none of those
+    assert after["init_from"] == first.name and after["skip_prompts"] == 32
+    assert after["previous"]["steps"] == before["steps"] and "curve" not in after["previous"]
+    assert f"initialised from the draft in `{first.name}`" in (out / "README.md").read_text()
+    with pytest.raises(BadSetting, match="skip_prompts"):  # a resume must keep the prompt list
+        list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=0,
+                                  init_from=str(first), resume=True)))
+
+
 @pytest.fixture(scope="module")
 def engines(distilled, distill_target):
     import specdesk

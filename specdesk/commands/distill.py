@@ -32,8 +32,12 @@ def add_parser(sub) -> None:
                         "from the target's hidden states (EAGLE)")
     p.add_argument("--layers", type=int, default=None, help="decoder layers (default: 2 for a draft, 1 for an EAGLE head)")
     p.add_argument("--init-from", metavar="DRAFT", default=None,
-                   help="an EAGLE head: start from this distilled draft of the same target (its layers, norm and "
-                        "head tokens), so it begins drafting as well as that draft does")
+                   help="start from this distilled draft of the same target (its layers, norm and head tokens): a "
+                        "draft goes on learning from new replies (with --skip-prompts), an EAGLE head begins "
+                        "drafting as well as that draft does")
+    p.add_argument("--skip-prompts", type=int, default=None, metavar="N",
+                   help="leave out the first N training prompts of the seeded list (those the --init-from draft "
+                        "was trained on: its distill.json says how many), so the target answers new ones")
     p.add_argument("--head-vocab", type=int, default=None,
                    help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
     p.add_argument("--standalone", metavar="DRAFT", default=None,
@@ -46,7 +50,8 @@ def rebuild_command(args: argparse.Namespace) -> str:
     """The command that rebuilds the draft from nothing (a resumed run ends where a whole one does)."""
     parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
     for flag, value in (("--kind", args.kind), ("--init-from", args.init_from), ("--minutes", args.minutes),
-                        ("--steps", args.steps), ("--prompts", args.prompts), ("--layers", args.layers),
+                        ("--steps", args.steps), ("--prompts", args.prompts), ("--skip-prompts", args.skip_prompts),
+                        ("--layers", args.layers),
                         ("--head-vocab", args.head_vocab)):
         if value is not None:
             parts += [flag, f"{value:g}" if isinstance(value, float) else str(value)]
@@ -74,15 +79,17 @@ def run(args: argparse.Namespace) -> int:
         cfg.train_prompts = args.prompts
     if args.kind is not None:
         cfg.kind = args.kind
+    if args.skip_prompts is not None:
+        cfg.skip_prompts = args.skip_prompts
     if args.init_from is not None:
-        if cfg.kind != "eagle":
-            raise BadSetting("--init-from starts an EAGLE head from a draft: add --kind eagle")
         cfg.init_from = str(Path(args.init_from).expanduser())
         init_cfg = Path(cfg.init_from) / "config.json"
         if not init_cfg.exists():
             raise BadSetting(f"--init-from: {cfg.init_from} is not a draft folder (no config.json)")
         cfg.layers = int(json.loads(init_cfg.read_text()).get("num_hidden_layers", cfg.layers))
-        cfg.lr = 2e-4  # fine-tuning a trained draft: 1e-3 undid it (agreement 0.355 -> 0.258 in 50 steps, SmolLM2)
+        # fine-tuning a trained draft: 1e-3 undid it (an EAGLE head from a draft, agreement 0.355 -> 0.258 in 50
+        # steps, SmolLM2); a draft going on with new replies starts a little above where its own run ended (1e-4)
+        cfg.lr = 2e-4 if cfg.kind == "eagle" else 3e-4
     elif cfg.kind == "eagle":
         cfg.layers = 1
     if args.layers is not None:

@@ -17,6 +17,13 @@ def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path
     held_greedy = sum(1 for s in trainer.held)
     temps = Counter(s.temperature for s in trainer.train)
     sampled = ", ".join(f"{n} at temperature {t:g}" for t, n in sorted(temps.items()) if t > 0) or "none sampled"
+    init_from = getattr(cfg, "init_from", None)
+    previous = _previous(init_from)
+    start = "initialised from the target's first layers"
+    if init_from:
+        start = (f"initialised from the draft in `{Path(init_from).name}`"
+                 f"{' (made by: `' + previous['command'] + '`)' if previous.get('command') else ''} and trained on")
+        start += (f" replies to prompts {cfg.skip_prompts + 1} onwards" if cfg.skip_prompts else " further replies")
     text = f"""---
 library_name: transformers
 tags: [speculative-decoding, draft-model, specdesk]
@@ -26,7 +33,7 @@ base_model_relation: distilled
 # Draft for {target_name} (distilled by specdesk)
 
 A speculative-decoding draft for **{target_name}** (`{Path(target_source).name}`, sha256 `{target_sha256}`).
-It has {cfg.layers} Llama decoder layer(s) of the target's shape, initialised from the target's first layers,
+It has {cfg.layers} Llama decoder layer(s) of the target's shape, {start},
 and **borrows the target's input embeddings and output head at load time** (the head restricted to the {head}
 tokens most frequent in the target's replies; the draft proposes no other token, which keeps decoding exact).
 This folder holds only the draft's own weights ({own / 1e6:.1f} MB, float16); `config.json` says what is borrowed
@@ -72,4 +79,15 @@ See specdesk's README for speeds measured with `specdesk bench`.
         "train_replies": len(trainer.train), "train_tokens": trainer.train_tokens, "held_out_replies": held_greedy,
         "held_out_tokens": trainer.held_tokens, "agreement": trainer.last_agreement,
         "tokens_per_pass_k4": trainer.tokens_per_pass, "per_position_acceptance_k4": trainer.per_position,
-        "curve": [list(c) for c in trainer.curve], "cpu": cpu}, indent=2), encoding="utf-8")
+        "curve": [list(c) for c in trainer.curve], "cpu": cpu,
+        **({"init_from": Path(init_from).name, "skip_prompts": cfg.skip_prompts, "previous": previous}
+           if init_from else {})}, indent=2), encoding="utf-8")
+
+
+def _previous(init_from: str | None) -> dict:
+    """What the --init-from draft's distill.json says of how it was made (its curve left out), or {}."""
+    try:
+        old = json.loads((Path(init_from) / "distill.json").read_text(encoding="utf-8")) if init_from else {}
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in old.items() if k != "curve"} if isinstance(old, dict) else {}

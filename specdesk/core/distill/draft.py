@@ -58,9 +58,23 @@ def draft_config(target_model, layers: int):
     return cfg
 
 
-def build_draft(target_model, layers: int, head_ids: torch.Tensor | None, dtype=torch.float32):
+def load_own_weights(draft, init_from: str | Path, shape: str, dtype=torch.float32) -> None:
+    """Load a distilled draft folder's own weights (layers, norm) into ``draft``, which must have their shape;
+    the borrowed tensors stay the target's."""
+    from safetensors.torch import load_file
+
+    own = load_file(str(Path(init_from) / "model.safetensors"))
+    own.pop(HEAD_IDS_KEY, None)
+    missing, unexpected = draft.load_state_dict({k: v.to(dtype) for k, v in own.items()}, strict=False)
+    if [m for m in missing if m not in BORROWED and "rotary" not in m] or unexpected:
+        raise BadModel(f"{init_from} does not have {shape}")
+
+
+def build_draft(target_model, layers: int, head_ids: torch.Tensor | None, dtype=torch.float32,
+                init_from: str | None = None):
     """A draft from the target: its first ``layers`` layers (copied), final norm (copied), embeddings (shared),
-    head rows ``head_ids`` (a frozen copy) or the whole head (shared)."""
+    head rows ``head_ids`` (a frozen copy) or the whole head (shared). ``init_from``: a distilled draft folder of
+    this shape whose own layers and norm replace the copied ones (training goes on from that draft)."""
     from transformers import AutoModelForCausalLM
 
     cfg = draft_config(target_model, layers)
@@ -74,6 +88,8 @@ def build_draft(target_model, layers: int, head_ids: torch.Tensor | None, dtype=
     draft.model.norm.load_state_dict({k: v.to(dtype) for k, v in src.norm.state_dict().items()})
     draft.model.rotary_emb = copy.deepcopy(src.rotary_emb).to(device)
     attach_borrowed(draft, target_model, head_ids)
+    if init_from:
+        load_own_weights(draft, init_from, f"this draft's shape ({layers} layers)", dtype)
     return draft
 
 
@@ -95,13 +111,7 @@ def build_eagle(target_model, head_ids: torch.Tensor | None, layers: int = 1, in
     fc = torch.nn.Linear(2 * hidden, hidden, bias=False, device=device, dtype=dtype)
     eye = torch.eye(hidden, dtype=dtype)
     if init_from:
-        from safetensors.torch import load_file
-
-        own = load_file(str(Path(init_from) / "model.safetensors"))
-        own.pop(HEAD_IDS_KEY, None)
-        missing, unexpected = draft.load_state_dict({k: v.to(dtype) for k, v in own.items()}, strict=False)
-        if [m for m in missing if m not in BORROWED and "rotary" not in m] or unexpected:
-            raise BadModel(f"{init_from} does not have this head's shape ({layers} layers)")
+        load_own_weights(draft, init_from, f"this head's shape ({layers} layers)", dtype)
         weight = torch.cat([torch.zeros_like(eye), eye], dim=1)
     else:
         n = target_model.config.num_hidden_layers

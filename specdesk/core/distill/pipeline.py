@@ -35,6 +35,7 @@ class DistillConfig:
     resume: bool = False
     seed: int = 0
     train_prompts: int = 640
+    skip_prompts: int = 0  # leave out the first N of the seeded prompt list (those an --init-from draft learned)
     held_out_prompts: int = 64
     max_new_tokens: int = 128
     answer_batch: int = 64  # prompts a batch (and a data shard)
@@ -42,7 +43,7 @@ class DistillConfig:
     topk: int = 64
     kind: str = "draft"  # "draft": a few layers of its own; "eagle": a one-layer head on the target's hidden states
     layers: int = 2  # decoder layers of a draft (an EAGLE head: 1 unless set)
-    init_from: str | None = None  # an EAGLE head: start from this distilled draft's layers, norm and head tokens
+    init_from: str | None = None  # start from this distilled draft's layers, norm and head tokens (draft or EAGLE head)
     head_vocab: int = 8192  # 0: the target's whole vocabulary
     batch: int = 8  # sequences per optimiser step
     lr: float = 1e-3
@@ -122,6 +123,8 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting("the draft needs at least one layer")
     if cfg.kind not in ("draft", "eagle"):
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
+    if cfg.skip_prompts < 0:
+        raise BadSetting("--skip-prompts must be 0 or more")
 
 
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
@@ -149,7 +152,7 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
 
     # ---- data
     held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed)
-    train = chat_prompts(cfg.train_prompts, seed=cfg.seed)
+    train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed)[cfg.skip_prompts:]
     jobs = [("held-out", held, 0.0)] + training_jobs(train, cfg.train_prompts, cfg.answer_batch, cfg.sampled_every)
     todo = sum(len(p) for name, p, _ in jobs if not work.shard_path(name).exists())
     t0, done = time.perf_counter(), 0

@@ -97,7 +97,7 @@ class Trainer:
         ckpt = work.load_checkpoint() if cfg.resume else None
         if ckpt is not None:
             self.head_ids = ckpt["head_ids"]
-        elif getattr(cfg, "init_from", None):  # an EAGLE head started from a draft keeps that draft's head tokens
+        elif getattr(cfg, "init_from", None):  # a head or draft started from a draft keeps that draft's head tokens
             from safetensors import safe_open
 
             from specdesk.core.distill.draft import HEAD_IDS_KEY
@@ -129,7 +129,7 @@ class Trainer:
             self.last_agreement = self.curve[-1][2] if self.curve else None
 
     def _build(self, target):
-        return build_draft(target.model, self.cfg.layers, self.head_ids)
+        return build_draft(target.model, self.cfg.layers, self.head_ids, init_from=getattr(self.cfg, "init_from", None))
 
     def _optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=0.0, betas=(0.9, 0.98))
