@@ -6,6 +6,7 @@
                                                        # coverage of the replies' tokens
     python devscripts/draft_agreement.py temperature   # expected sampled acceptance sum_x min(p_T(x), q_T'(x)) at
                                                        # T=0.7 with the draft's rows at other temperatures T'
+    python devscripts/draft_agreement.py teacher DRAFT # another draft folder of the same target (default: bundled)
 
 Contexts: greedy (teacher) or T=0.7 (temperature) replies of the q4 target to 24 of distill's held-out prompts,
 96 tokens each. 2 torch threads on the CPU.
@@ -84,7 +85,8 @@ def temperature(engine, t: float = 0.7) -> dict:
 def main() -> None:
     torch.set_num_threads(2)
     what = sys.argv[1] if len(sys.argv) > 1 else "teacher"
-    engine = specdesk.load(GGUF, DRAFT, drafter="model", device="cpu", target_quant="q4")
+    draft = sys.argv[2] if len(sys.argv) > 2 else DRAFT
+    engine = specdesk.load(GGUF, draft, drafter="model", device="cpu", target_quant="q4")
     print(json.dumps(teacher(engine) if what == "teacher" else temperature(engine), indent=1))
 
 
