@@ -141,11 +141,33 @@ static void scores16(const uint16_t *q, const uint16_t *kc, int64_t hd, int64_t 
  * operation in the same order (lane l of a 16-key block depends on key j0 + l alone; a row's sums run over its own
  * keys in order), so the same bits. R rows x C chunks of 16 dimensions in registers. */
 #define RMAX 6
+/* Key j's value row into the sums of rows r < R (P pairs of 16 dimensions a row: even ones, odd ones), of the rows
+ * that see it; ``every`` (a constant) says all do, so the update needs no condition. */
+static inline __attribute__((always_inline)) void pv_key(const int R, const int P, const int every, int64_t j,
+                                                         const float *s, int64_t ls, const int64_t *Lr,
+                                                         const uint16_t *vc, int64_t prefix, const int64_t *extras,
+                                                         __m512i high, __m512 *even, __m512 *odd) {
+    const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (32 * P);
+#pragma GCC unroll 8
+    for (int c = 0; c < P; c++) {
+        const __m512i x = _mm512_loadu_si512((const void *)(v + 32 * c));
+        const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+        const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, high));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            if (every || j < Lr[r]) {
+                const __m512 w = _mm512_set1_ps(s[r * ls + j]);
+                even[r * P + c] = _mm512_fmadd_ps(w, ve, even[r * P + c]);
+                odd[r * P + c] = _mm512_fmadd_ps(w, vo, odd[r * P + c]);
+            }
+    }
+}
+
 /* The weighted sum of values for rows r < R (row r's weights s[r * ls + j] over its keys j < Lr[r], key j at slot j
  * < prefix or extras[j - prefix]), every output dimension in registers at once (R x C vectors of 16, C = hd / 16),
  * keys in order: each lane's sum is the one-chunk-at-a-time loop's, in the same order, so the same bits, with R * C
  * independent chains. Constant R and C keep the sums in registers: the keys every row sees run in a loop of their
- * own, without the per-row condition (with it GCC kept the sums in memory: 5-13% of a call at 150-1,500 keys).
+ * own, pv_key without the per-row condition (with it GCC kept the sums in memory: 5-13% of a call at 150-1,500 keys).
  * A value row is read 32 dimensions a load and widened by one shift (its even dimensions) and one mask (its odd
  * ones) instead of a widening move and a shift every 16 (1-10% more); the lanes hold dimensions 0, 2, .. and
  * 1, 3, .. and are put back in order at the end; each dimension's sum is the same either way. */
@@ -158,37 +180,8 @@ static inline __attribute__((always_inline)) void pv_rows_fixed(const int R, con
     const __m512i high = _mm512_set1_epi32((int)0xFFFF0000u);
 #pragma GCC unroll 32
     for (int a = 0; a < R * P; a++) even[a] = _mm512_setzero_ps(), odd[a] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < Lmin; j++) {
-        const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (16 * C);
-#pragma GCC unroll 8
-        for (int c = 0; c < P; c++) {
-            const __m512i x = _mm512_loadu_si512((const void *)(v + 32 * c));
-            const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-            const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++) {
-                const __m512 w = _mm512_set1_ps(s[r * ls + j]);
-                even[r * P + c] = _mm512_fmadd_ps(w, ve, even[r * P + c]);
-                odd[r * P + c] = _mm512_fmadd_ps(w, vo, odd[r * P + c]);
-            }
-        }
-    }
-    for (int64_t j = Lmin; j < Lmax; j++) {
-        const uint16_t *v = vc + (j < prefix ? j : extras[j - prefix]) * (16 * C);
-#pragma GCC unroll 8
-        for (int c = 0; c < P; c++) {
-            const __m512i x = _mm512_loadu_si512((const void *)(v + 32 * c));
-            const __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-            const __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, high));
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r++)
-                if (j < Lr[r]) {
-                    const __m512 w = _mm512_set1_ps(s[r * ls + j]);
-                    even[r * P + c] = _mm512_fmadd_ps(w, ve, even[r * P + c]);
-                    odd[r * P + c] = _mm512_fmadd_ps(w, vo, odd[r * P + c]);
-                }
-        }
-    }
+    for (int64_t j = 0; j < Lmin; j++) pv_key(R, P, 1, j, s, ls, Lr, vc, prefix, extras, high, even, odd);
+    for (int64_t j = Lmin; j < Lmax; j++) pv_key(R, P, 0, j, s, ls, Lr, vc, prefix, extras, high, even, odd);
     const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
 #pragma GCC unroll 8
