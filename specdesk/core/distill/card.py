@@ -86,8 +86,7 @@ See specdesk's README for speeds measured with `specdesk bench`.
 
 def _previous(init_from: str | None) -> dict:
     """What the --init-from draft's distill.json says of how it was made (its curve left out), or {}."""
-    try:
-        old = json.loads((Path(init_from) / "distill.json").read_text(encoding="utf-8")) if init_from else {}
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in old.items() if k != "curve"} if isinstance(old, dict) else {}
+    from specdesk.core.userdirs import read_json_dict
+
+    old = read_json_dict(Path(init_from) / "distill.json") if init_from else {}
+    return {k: v for k, v in old.items() if k != "curve"}
