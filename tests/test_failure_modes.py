@@ -141,7 +141,11 @@ def test_the_monitor_reads_a_real_engine(tiny_engine):
     v = m.verdict()
     assert v is not None and v.plain_measured
     ctl = m.costs["model"]
-    c, v5, v1 = ctl.draft_cost, ctl.verify_cost(5), ctl.verify_cost(1)
+    # the pass costs as the model prices them: never falling with the positions (a noisy plain step measured above
+    # a 5-position pass is priced at the 5-position figure; raw figures made this test flaky on a busy host)
+    costs = ctl.verify_costs()
+    c, v5, v1 = ctl.draft_cost, costs[4], costs[0]
+    assert v1 <= v5 and v1 <= ctl.verify_cost(1)
     assert v.break_even == pytest.approx(max(0.0, (4 * c + v5 - v1) / (4 * v1)))
 
 
