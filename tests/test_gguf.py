@@ -144,6 +144,43 @@ def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(ggu
     assert not old.exists()  # the conversion of the old version is removed
 
 
+def test_a_conversion_parses_the_file_once_and_leaves_gguf_as_it_was(gguf_dir, tiny_target, monkeypatch):
+    """transformers parses the metadata in each call and builds gguf's tensor-name table per module: within one
+    conversion each happens once (SmolLM2: 26 -> 12.5 s), and gguf's own functions are back afterwards, a failed
+    conversion included."""
+    import gguf
+
+    from specdesk.core.errors import BadModel
+    from specdesk.core.loading import load_model
+
+    reads: list[str] = []
+    tables: list[tuple] = []
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    class CountingReader(reader):
+        def __init__(self, path, *args, **kw):
+            reads.append(os.path.basename(path))
+            super().__init__(path, *args, **kw)
+
+    def counting_map(*args):
+        tables.append(args)
+        return name_map(*args)
+
+    monkeypatch.setattr(gguf, "GGUFReader", CountingReader)
+    monkeypatch.setattr(gguf, "get_tensor_name_map", counting_map)
+    path = write_gguf(tiny_target, gguf_dir / "counted.gguf", "Q8_0")
+    bad = write_gguf(tiny_target, gguf_dir / "bad-arch.gguf", "F32", arch="bitnet-x")
+    reads.clear()
+    tables.clear()  # the writer's own
+    load_model(str(path), device="cpu")
+    assert reads == ["counted.gguf"]  # config and tokenizer from one parse (two without)
+    assert len(tables) == 1  # one table for the model's modules (one per module without)
+    assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map
+    with pytest.raises(BadModel):
+        load_model(str(bad), device="cpu")
+    assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map
+
+
 def test_greedy_output_equals_transformers_generate_on_the_gguf(ggufs, draft_ggufs):
     """Plain, prompt lookup and a GGUF draft (k=3 and auto): token-identical to transformers' generate."""
     import torch

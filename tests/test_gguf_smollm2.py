@@ -89,9 +89,12 @@ def test_greedy_output_equals_transformers_through_the_chat_template(engine, smo
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from specdesk.core.models.convert import gguf_read_once
+
     folder, name = str(smollm2_gguf.parent), smollm2_gguf.name
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    with gguf_read_once():  # the same values, one metadata parse instead of two (~10 s less here)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        ref = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
     for text in CHATS:
         ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                       tokenize=True)

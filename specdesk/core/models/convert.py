@@ -22,7 +22,9 @@ is removed):
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import hashlib
 import json
 import logging
@@ -148,6 +150,34 @@ def tokenizer_folder(path: Path, header: GGUFHeader | None = None):
     return folder
 
 
+@contextlib.contextmanager
+def gguf_read_once():
+    """Within: gguf's reader parses each file once, and its tensor-name table is built once per architecture.
+
+    transformers parses a GGUF's metadata again in every call (the config, then the tokenizer: ~4-8 s each for
+    SmolLM2's 49,152 tokens and 48,900 merges, its reader slicing every string out of a memmap), and rebuilds
+    gguf's tensor-name table for every module it maps (397 modules of SmolLM2, ~30 ms a table: 11 s). Both are
+    pure functions of their arguments; transformers imports them from gguf at call time, so this swaps them on
+    the gguf module for one conversion and puts them back.
+    """
+    import gguf
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def read(path, mode="r"):
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = reader_class(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read, functools.lru_cache(maxsize=None)(name_map)
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+
+
 def _publish(tmp: Path, final: Path) -> None:
     """Move a finished folder into place; if another process got there first, keep theirs."""
     try:
@@ -206,13 +236,14 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
     label = f"converting {path.name} to {dname} (first load only)"
     t0 = time.perf_counter()
     try:
-        say(f"{label}: reading its configuration")
-        cfg_root = config_folder(path, header)
-        say(f"{label}: rebuilding its tokenizer")
-        tok = tokenizer_folder(path, header)
-        shutil.copytree(tok, tmp)
-        (tmp / COMPLETE).unlink()
-        _write_weights(path, info, cfg_root, torch_dtype, tmp, lambda msg: say(f"{label}: {msg}"))
+        with gguf_read_once():
+            say(f"{label}: reading its configuration")
+            cfg_root = config_folder(path, header)
+            say(f"{label}: rebuilding its tokenizer")
+            tok = tokenizer_folder(path, header)
+            shutil.copytree(tok, tmp)
+            (tmp / COMPLETE).unlink()
+            _write_weights(path, info, cfg_root, torch_dtype, tmp, lambda msg: say(f"{label}: {msg}"))
         config = json.loads((cfg_root / "config.json").read_text(encoding="utf-8"))
         config["dtype"] = dname
         _write_json(tmp / "config.json", config)
