@@ -82,6 +82,22 @@ def test_bad_input_is_one_line_exit_2(args, needle):
     assert "Traceback" not in r.stderr
 
 
+def test_help_and_bad_settings_answer_before_torch_loads():
+    """The parser and the settings' checks import no torch (~2 s): `--help` and a bad setting answer at once."""
+    code = ("import sys\n"
+            "from specdesk.cli import main\n"
+            "rc = main(['generate', '--prompt', 'x', '--tree', '4,x'])\n"
+            "rc2 = main(['generate', '--prompt', 'x', '--temperature', '-1'])\n"
+            "try:\n"
+            "    main(['plan', '--help'])\n"
+            "except SystemExit as e:\n"
+            "    rc3 = e.code\n"
+            "print(rc, rc2, rc3, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.split()[-4:] == ["2", "2", "0", "False"], (r.stdout, r.stderr)
+    assert "tree widths" in r.stderr and "temperature" in r.stderr
+
+
 def test_folders_that_are_not_models(tmp_path, tiny_target):
     empty = tmp_path / "empty"
     empty.mkdir()

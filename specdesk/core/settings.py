@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from specdesk.core.errors import BadSetting
-from specdesk.core.sampling import SamplingConfig
+from specdesk.core.samplingconfig import SamplingConfig
 from specdesk.core.tree import checked_widths
 
 MAX_K = 32

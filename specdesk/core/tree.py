@@ -25,10 +25,12 @@ depth's leaves in depth order. ``depths`` is a row's position offset from row 0.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from specdesk.core.errors import BadSetting
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_WIDTH = 8
 SUGGESTED = (4, 2)  # the shape measured on SmolLM2-135M (README, "Sibling trees"): bench's tree rows, the app's choice
@@ -82,6 +84,8 @@ class TreeLayout:
 
 def layout(last: torch.Tensor, chain: torch.Tensor, leaves: tuple[torch.Tensor, ...]) -> TreeLayout:
     """last (1,), chain (m,), leaves[i] (w_i - 1,) the runner-ups at depth i + 1 (len(leaves) <= m)."""
+    import torch  # here, not at the top: the command line's parser reads this module's shapes (no torch: -1.8 s)
+
     m = int(chain.shape[0])
     counts = [int(t.shape[0]) for t in leaves]
     n = 1 + m + sum(counts)
