@@ -37,6 +37,27 @@ DEMO = ROOT / "resources" / "models"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
+def specdesk_side_by_side(*runs: list[str], timeout: float = 300, env_extra: dict | None = None):
+    """``python -m specdesk ARGS`` for each ARGS at once, one thread each (each process spends seconds importing
+    and loading: on 2 cores two of them take about the time of one). Returns subprocess.CompletedProcess in order."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
+    procs = [subprocess.Popen([sys.executable, "-m", "specdesk", *args], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for args in runs]
+    done = []
+    for args, p in zip(runs, procs):
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        done.append(subprocess.CompletedProcess(args, p.returncode, out, err))
+    return done
+
+
 def copy_demo_tokenizer(dest: Path) -> None:
     for name in TOKENIZER_FILES:
         shutil.copy(DEMO / "demo-target" / name, dest / name)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import specdesk_side_by_side
 
 from specdesk.core.sessionlog import read_log
 
@@ -109,9 +110,10 @@ def test_folders_that_are_not_models(tmp_path, tiny_target):
 
     shutil.copytree(tiny_target, corrupt_st)
     (corrupt_st / "model.safetensors").write_bytes(b"\x00\x01garbage")
-    for folder, needle in ((empty, "no config.json"), (corrupt_cfg, "corrupt config.json"),
-                           (corrupt_st, "corrupt weights file")):
-        r = run("generate", "--target", str(folder), "--drafter", "none", "--prompt", "x", timeout=120)
+    cases = ((empty, "no config.json"), (corrupt_cfg, "corrupt config.json"), (corrupt_st, "corrupt weights file"))
+    done = specdesk_side_by_side(*(["generate", "--target", str(folder), "--drafter", "none", "--prompt", "x"]
+                                   for folder, _ in cases), timeout=120)
+    for (_, needle), r in zip(cases, done):
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import DEMO
+from conftest import DEMO, specdesk_side_by_side
 from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
 
 DRAFT = DEMO / "smollm2-135m-instruct-draft"
@@ -40,17 +40,20 @@ def test_offered_first_and_greedy_output_is_the_targets(smollm2_gguf):  # noqa: 
 def test_the_command_line_drafts_with_it_when_no_draft_is_given(smollm2_gguf, tiny_target):  # noqa: F811
     """`specdesk generate` (and serve) with no --draft take the bundled draft distilled for this very target (the
     card's sha256), say so on stderr, and leave it out when told; any other target (here a tiny folder) finds none."""
-    import subprocess
-    import sys
-
     from specdesk.core.discovery import own_draft
 
     assert own_draft(str(smollm2_gguf)) == str(DRAFT)
     assert own_draft(str(tiny_target)) is None and own_draft("demo-target") is None
+    import torch
+
+    from specdesk.core.models.convert import converted_folder
+
+    converted_folder(smollm2_gguf, torch.float32)  # once here (cached if another test did), not in both processes
+    extras = ((), ("--drafter", "ngram"))
+    done = specdesk_side_by_side(*(["generate", "--target", str(smollm2_gguf), "--prompt", "Hi", "--max-new-tokens",
+                                    "4", "--json", *extra] for extra in extras))
     runs = {}
-    for extra in ((), ("--drafter", "ngram")):
-        r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--target", str(smollm2_gguf), "--prompt", "Hi",
-                            "--max-new-tokens", "4", "--json", *extra], capture_output=True, text=True, timeout=300)
+    for extra, r in zip(extras, done):
         assert r.returncode == 0, r.stderr
         runs[extra] = (json.loads(r.stdout)["drafter"], "drafting with smollm2-135m-instruct-draft" in r.stderr)
     assert runs == {(): ("model+lookup", True), ("--drafter", "ngram"): ("ngram", False)}
