@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import swapped_token_copy
+from conftest import specdesk_side_by_side, swapped_token_copy
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,13 +100,13 @@ def test_drafts_for_lists_compatible_smallest_first_and_says_why_not(hub_cache, 
 
 def test_generate_with_a_cached_hub_id(hub_cache, tmp_path):
     env = {"HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"}
-    r = specdesk("generate", "--target", "acme/tiny-target", "--draft", "acme/tiny-draft", "--prompt", "x = 1",
-                 "--max-new-tokens", "5", "--json", env_extra=env)
+    r, partial = specdesk_side_by_side(
+        ["generate", "--target", "acme/tiny-target", "--draft", "acme/tiny-draft", "--prompt", "x = 1",
+         "--max-new-tokens", "5", "--json"],
+        ["generate", "--target", "acme/partial-model", "--drafter", "none", "--prompt", "x"], env_extra=env)
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["token_ids"]) == 5
-    r = specdesk("generate", "--target", "acme/partial-model", "--drafter", "none", "--prompt", "x",
-                 env_extra=env)
-    assert r.returncode == 2 and "no weights" in r.stderr
+    assert partial.returncode == 2 and "no weights" in partial.stderr
 
 
 def test_a_target_files_sha256_is_kept_across_processes(tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROMPTS
+from conftest import PROMPTS, specdesk_side_by_side
 from ggufwrite import CHAT_TEMPLATE, lmstudio_layout, ollama_layout, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,13 +239,12 @@ def test_models_lists_lmstudio_ollama_and_llamacpp_files(ggufs, gguf_dir, tiny_t
     shutil.copy(ggufs["F16"], llamacpp / "acme_tiny-GGUF_tiny-F16.gguf")
     env = {"HOME": str(home), "OLLAMA_MODELS": str(ollama), "LLAMA_CACHE": str(llamacpp),
            "SPECDESK_CONFIG_DIR": str(tmp_path / "cfg"), "HF_HUB_CACHE": str(tmp_path / "no-hub")}
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **env}
-    # side by side: the listing, and the planner on the Ollama model (from its header alone)
-    plan = subprocess.Popen([sys.executable, "-m", "specdesk", "plan", "--target", "ollama:tiny:q4", "--json",
-                             "--budget-gib", "1", "--device", "cpu"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    r = subprocess.run([sys.executable, "-m", "specdesk", "models", "--json"], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    # side by side: the listing, the planner on the Ollama model (from its header alone), and a generation with it
+    r, plan, gen = specdesk_side_by_side(
+        ["models", "--json"],
+        ["plan", "--target", "ollama:tiny:q4", "--json", "--budget-gib", "1", "--device", "cpu"],
+        ["generate", "--target", "ollama:tiny:q4", "--prompt", "x = 1", "--max-new-tokens", "4", "--json"],
+        env_extra=env)
     assert r.returncode == 0, r.stderr
     rows = {e["name"]: e for e in json.loads(r.stdout)}
     lm = rows[str(lms)]
@@ -262,13 +261,10 @@ def test_models_lists_lmstudio_ollama_and_llamacpp_files(ggufs, gguf_dir, tiny_t
     from specdesk.core.models.gguf import inspect_gguf
 
     assert lm["params"] == inspect_gguf(ggufs["Q8_0"]).params
-    out, err = plan.communicate(timeout=300)
-    assert plan.returncode == 0, err
-    assert json.loads(out)["target"]["params"] == lm["params"]
-    r = specdesk("generate", "--target", "ollama:tiny:q4", "--prompt", "x = 1", "--max-new-tokens", "4", "--json",
-                 env_extra=env)
-    assert r.returncode == 0, r.stderr
-    assert len(json.loads(r.stdout)["token_ids"]) == 4
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["target"]["params"] == lm["params"]
+    assert gen.returncode == 0, gen.stderr
+    assert len(json.loads(gen.stdout)["token_ids"]) == 4
 
 
 def test_generate_applies_the_chat_template(ggufs, tmp_path, capsys):
