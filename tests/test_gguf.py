@@ -152,6 +152,7 @@ def test_a_conversion_parses_the_file_once_and_leaves_gguf_as_it_was(gguf_dir, t
 
     from specdesk.core.errors import BadModel
     from specdesk.core.loading import load_model
+    from specdesk.core.models.convert import config_folder
 
     reads: list[str] = []
     tables: list[tuple] = []
@@ -176,6 +177,10 @@ def test_a_conversion_parses_the_file_once_and_leaves_gguf_as_it_was(gguf_dir, t
     assert reads == ["counted.gguf"]  # config and tokenizer from one parse (two without)
     assert len(tables) == 1  # one table for the model's modules (one per module without)
     assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map
+    reads.clear()
+    cfg = config_folder(write_gguf(tiny_target, gguf_dir / "planned.gguf", "F16"))  # planning's first read, alone
+    assert reads == ["planned.gguf"] and (cfg / "config.json").exists()
+    assert gguf.GGUFReader is CountingReader
     with pytest.raises(BadModel):
         load_model(str(bad), device="cpu")
     assert gguf.GGUFReader is CountingReader and gguf.get_tensor_name_map is counting_map

@@ -105,7 +105,8 @@ def config_folder(path: Path, header: GGUFHeader | None = None) -> Path:
     try:
         from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-        parsed = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+        with gguf_read_once():
+            parsed = load_gguf_checkpoint(str(path), return_tensors=False)["config"]
         config = CONFIG_MAPPING[parsed["model_type"]].from_dict(parsed)
     except (ValueError, KeyError, TypeError, ImportError, NotImplementedError) as e:
         raise BadModel(f"could not read {path.name}'s configuration: {_first_line(e)}") from None
@@ -134,7 +135,9 @@ def tokenizer_folder(path: Path, header: GGUFHeader | None = None):
 
     quiet_transformers()
     try:
-        tok = AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name, local_files_only=True)
+        with gguf_read_once():
+            tok = AutoTokenizer.from_pretrained(str(Path(path).parent), gguf_file=Path(path).name,
+                                                local_files_only=True)
     except Exception as e:  # tokenizers raise many types; the user needs the one line
         raise BadModel(f"could not rebuild the tokenizer of {Path(path).name}: {_first_line(e)}") from None
     tmp = folder.with_name(f".tokenizer.{os.getpid()}")
@@ -165,6 +168,9 @@ def gguf_read_once():
     import gguf
     import numpy as np
 
+    if getattr(gguf.GGUFReader, "specdesk_once", False):  # inside another: its reader and table already serve
+        yield
+        return
     reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
 
     class PlainViewReader(reader_class):
@@ -183,6 +189,8 @@ def gguf_read_once():
         if key not in readers:
             readers[key] = PlainViewReader(path, mode)
         return readers[key]
+
+    read.specdesk_once = True
 
     gguf.GGUFReader, gguf.get_tensor_name_map = read, functools.lru_cache(maxsize=None)(name_map)
     try:
