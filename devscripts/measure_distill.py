@@ -62,7 +62,6 @@ def main() -> int:
 
     ks = [int(x) for x in args.ks.split(",")]
     spec = specdesk.load(args.target, args.draft, drafter="model", device="cpu")
-    plain = spec  # the same engine decodes plainly with drafter none
     prompts = chat_prompts(args.prompts, held_out=True, seed=0)
     methods = [("plain", "none", 0, 0.0)] + [(f"draft k={k}", "model", k, 0.0) for k in ks] + \
         [("draft k=auto", "model", "auto", 0.0), ("lookup k=4", "ngram", 4, 0.0), ("lookup k=auto", "ngram", "auto", 0.0),

@@ -5,7 +5,7 @@ the speed factor, its plain-pass cost stayed at 19.8 ms after the busy phases (t
     python devscripts/kauto_ab/stuck.py PATH/SmolLM2-135M-Instruct.Q4_1.gguf
 """
 
-import sys, subprocess, time, specdesk
+import sys, subprocess, specdesk
 from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite
 G = sys.argv[1]
