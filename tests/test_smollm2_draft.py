@@ -57,3 +57,18 @@ def test_the_command_line_drafts_with_it_when_no_draft_is_given(smollm2_gguf, ti
         assert r.returncode == 0, r.stderr
         runs[extra] = (json.loads(r.stdout)["drafter"], "drafting with smollm2-135m-instruct-draft" in r.stderr)
     assert runs == {(): ("model+lookup", True), ("--drafter", "ngram"): ("ngram", False)}
+
+
+def test_the_app_started_with_the_target_loads_its_draft(smollm2_gguf, tiny_target, tiny_draft):  # noqa: F811
+    """`specdesk --target T` (and `specdesk screenshot --target T`) start with the draft distilled for T, as
+    `generate` and `serve` do; an explicit --draft, the demo pair and a target without one are as before."""
+    from specdesk.qt.app import startup_request
+
+    req = startup_request(str(smollm2_gguf), None, None)
+    assert (req.target, req.draft, req.drafter) == (str(smollm2_gguf), str(DRAFT), None)  # drafter: the pair's default
+    assert startup_request(str(tiny_target), None, None).draft is None
+    assert startup_request(str(tiny_target), str(tiny_draft), None).drafter == "model"
+    assert startup_request(str(smollm2_gguf), str(tiny_draft), None).draft == str(tiny_draft)
+    demo = startup_request(None, None, None)
+    assert (demo.target, demo.draft, demo.drafter) == ("demo-target", "demo-draft", "model")
+    assert startup_request("/no/such/model.gguf", None, None).draft is None  # the load reports the bad path

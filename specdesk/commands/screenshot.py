@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
     p.add_argument("--target", default="demo-target")
-    p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, else prompt lookup")
+    p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, the bundled draft distilled for the "
+                                                     "target if there is one, else prompt lookup (as the app)")
     p.add_argument("--target-quant", default="auto", choices=QUANTS,
                    help="the target's quantization, as the app's: auto (the default: q4 for a GGUF file of 4 bits a "
                         "weight or fewer on a CPU, else none), none, int8, nf4, fp4 or q4 (CPU)")
