@@ -337,17 +337,12 @@ BROKEN = [
 
 def test_broken_files_are_one_line_exit_2(tmp_path, tiny_target, ggufs):
     """Each in its own process (so nothing a library prints once per process hides), run side by side."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = {}
-    for kind, needle in BROKEN:
-        target = _broken(kind, tmp_path, tiny_target, ggufs)
-        procs[kind] = (needle, subprocess.Popen(
-            [sys.executable, "-m", "specdesk", "generate", "--target", str(target), "--drafter", "none",
-             "--prompt", "x"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    for kind, (needle, p) in procs.items():
-        out, err = p.communicate(timeout=300)
-        lines = err.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1 and not out, (kind, err)
+    targets = [_broken(kind, tmp_path, tiny_target, ggufs) for kind, _ in BROKEN]
+    done = specdesk_side_by_side(*(["generate", "--target", str(t), "--drafter", "none", "--prompt", "x"]
+                                   for t in targets))
+    for (kind, needle), r in zip(BROKEN, done):
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and not r.stdout, (kind, r.stderr)
         assert lines[0].startswith("specdesk: error: ") and needle in lines[0], (kind, lines[0])
 
 

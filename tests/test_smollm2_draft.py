@@ -40,14 +40,13 @@ def test_offered_first_and_greedy_output_is_the_targets(smollm2_gguf):  # noqa: 
 def test_the_command_line_drafts_with_it_when_no_draft_is_given(smollm2_gguf, tiny_target):  # noqa: F811
     """`specdesk generate` (and serve) with no --draft take the bundled draft distilled for this very target (the
     card's sha256), say so on stderr, and leave it out when told; any other target (here a tiny folder) finds none."""
+    import torch
+
     from specdesk.core.discovery import own_draft
+    from specdesk.core.models.convert import converted_folder
 
     assert own_draft(str(smollm2_gguf)) == str(DRAFT)
     assert own_draft(str(tiny_target)) is None and own_draft("demo-target") is None
-    import torch
-
-    from specdesk.core.models.convert import converted_folder
-
     converted_folder(smollm2_gguf, torch.float32)  # once here (cached if another test did), not in both processes
     extras = ((), ("--drafter", "ngram"))
     done = specdesk_side_by_side(*(["generate", "--target", str(smollm2_gguf), "--prompt", "Hi", "--max-new-tokens",
