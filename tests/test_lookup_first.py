@@ -45,6 +45,11 @@ def test_a_draft_model_drafts_with_prompt_lookup_beside_it_unless_told_otherwise
     assert resolve_drafter("demo-target", None, None) == ("model+lookup", "demo-draft")
     assert resolve_drafter("t", None, None) == ("ngram", None)
     assert resolve_drafter("t", "d", "model") == ("model", "d")
+    from specdesk.core.pairing import may_take_own_draft  # which requests look for the target's own distilled draft
+
+    assert may_take_own_draft("t", None, None) and may_take_own_draft("t", None, "model+lookup")
+    assert not may_take_own_draft("t", "d", None) and not may_take_own_draft("t", None, "ngram")
+    assert not may_take_own_draft("t", None, "none") and not may_take_own_draft("demo-target", None, None)
     r = spec.generate(EDIT, max_new_tokens=24, k=4)  # the engine's own drafter: lookup's steps among the model's
     assert r.stats.drafted and any(s.lookup for s in r.steps)
 

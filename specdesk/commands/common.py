@@ -65,7 +65,9 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 def use_own_draft(args, say) -> None:
     """No --draft given (and a drafter that may use one): the bundled draft distilled for this very target, if there is
     one (discovery.own_draft), with a line on stderr saying so."""
-    if args.draft is not None or args.drafter not in (None, "model", "model+lookup") or args.target == "demo-target":
+    from specdesk.core.pairing import may_take_own_draft
+
+    if not may_take_own_draft(args.target, args.draft, args.drafter):
         return
     from specdesk.core.discovery import own_draft
 

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from collections.abc import Callable, Iterator
 
 from specdesk.core.adaptive import AdaptiveK, Lesson
@@ -21,7 +22,7 @@ from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_borrowing_draft, load_model, resolve
 from specdesk.core.membudget import MemoryBudget, guarded
-from specdesk.core.pairing import DRAFTERS, HYBRID, MODEL_DRAFTERS, resolve_drafter
+from specdesk.core.pairing import DRAFTERS, HYBRID, MODEL_DRAFTERS, may_take_own_draft, resolve_drafter
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
 
@@ -281,11 +282,19 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
 
     drafter: "model" (needs ``draft``), "model+lookup" (the draft model, and prompt lookup where the text
     repeats), "ngram" (prompt lookup) or "none" (plain decoding). Left out, it is "model+lookup" when a draft is
-    given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise.
+    given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise. With no
+    draft given and a drafter that may use one, a target with a bundled draft distilled for it (discovery.own_draft:
+    SmolLM2-135M-Instruct's Q4_1 GGUF) drafts with that draft, as the command line and the app do.
     Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
     """
-    drafter, draft = resolve_drafter(target, draft, drafter)
     say = progress or (lambda msg: None)
+    if may_take_own_draft(target, draft, drafter):
+        from specdesk.core.discovery import own_draft
+
+        draft = own_draft(target)
+        if draft is not None:
+            say(f"drafting with {Path(draft).name}, distilled for this model")
+    drafter, draft = resolve_drafter(target, draft, drafter)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
     d = None

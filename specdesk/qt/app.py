@@ -41,10 +41,12 @@ def startup_request(target: str | None, draft: str | None, saved: LoadRequest | 
     GGUF started with n-gram lookup alone here: ~1.0x where its draft gives ~1.3-1.4x)."""
     if target is not None or draft is not None:
         t = target or "demo-target"
+        from specdesk.core.pairing import may_take_own_draft
+
         drafter = "model" if (draft is not None or t == "demo-target") else None  # None: the engine's default
         if draft is None and t == "demo-target":
             draft = "demo-draft"
-        elif draft is None:
+        elif may_take_own_draft(t, draft, drafter):
             from specdesk.core.discovery import own_draft
 
             draft = own_draft(t)  # None for most targets (read from the header; a bundled draft's shapes are hashed)
