@@ -76,7 +76,7 @@ def swapped_token_copy(model: Path, dest: Path, a: int = 500, b: int = 501) -> P
 
 def make_llama(dest: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                intermediate: int = 128, seed: int = 0, vocab_rows: int = 4096, init_std: float = 0.2,
-               arch: str = "llama", tokenizer: str = "demo", eos: int | None = 0, **extra) -> Path:
+               arch: str = "llama", tokenizer: str = "demo", eos: int | None = 0, tie: bool = True, **extra) -> Path:
     """A small randomly initialised causal LM saved as a Hugging Face folder with the demo tokenizer.
 
     ``init_std`` is larger than usual so random models have peaked next-token distributions (near-ties
@@ -90,7 +90,7 @@ def make_llama(dest: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4,
     cfg = AutoConfig.for_model(arch, vocab_size=vocab_rows, hidden_size=hidden, num_hidden_layers=layers,
                                num_attention_heads=heads, num_key_value_heads=kv_heads,
                                intermediate_size=intermediate, max_position_embeddings=1024,
-                               initializer_range=init_std, tie_word_embeddings=True,
+                               initializer_range=init_std, tie_word_embeddings=tie,
                                bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **extra)
     model = AutoModelForCausalLM.from_config(cfg)
     model.save_pretrained(dest)
@@ -144,3 +144,24 @@ def _collect_garbage_on_the_main_thread():
     Qt (one segfault seen in a clean-clone CI run, inside the screenshot test's loader thread)."""
     yield
     gc.collect()
+
+
+def held_tensors(model) -> dict:
+    """Every tensor a model holds, by name: parameters, buffers (the rotary frequencies too) and the q/k/v and
+    gate/up layers that int4.quantize_model joins (not submodules), to compare two loads bit for bit."""
+    from specdesk.core import int4
+
+    out = dict([*model.named_parameters(), *model.named_buffers()])
+    for name, module in model.named_modules():
+        joined = int4.fused(module)
+        if joined is not None:
+            out[f"{name}.<joined>.packed"], out[f"{name}.<joined>.scales"] = joined.packed, joined.scales_zeros
+    return out
+
+
+def same_tensors(a: dict, b: dict) -> list[str]:
+    """The names whose tensors differ in dtype, shape or any bit (or that only one side has)."""
+    import torch
+
+    return sorted((a.keys() ^ b.keys()) | {k for k in a.keys() & b.keys() if a[k].dtype != b[k].dtype
+                                            or a[k].shape != b[k].shape or not torch.equal(a[k], b[k])})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROMPTS, specdesk_side_by_side
+from conftest import PROMPTS, held_tensors, make_llama, same_tensors, specdesk_side_by_side
 from ggufwrite import CHAT_TEMPLATE, lmstudio_layout, ollama_layout, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,6 +142,47 @@ def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(ggu
     m = load_model(str(path), device="cpu", progress=third.append)
     assert any("100%" in msg for msg in third) and m.gguf["file_type"] == "Q4_0"
     assert not old.exists()  # the conversion of the old version is removed
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(tied, gguf_dir, tiny_target, models_dir):
+    """A q4 load of a GGUF converts it once into its q4 form (packed codes and scales, the rest bfloat16), never into a
+    float32 copy; the model it loads holds, bit for bit, what quantizing the float32 conversion's model gives (every
+    parameter, buffer and joined layer; a tied head from the embeddings, an untied one from its own tensor); a second
+    load converts and quantizes nothing."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specdesk.core import int4
+    from specdesk.core.loading import load_model
+    from specdesk.core.models.convert import converted_folder, entry_dir, needed_bytes
+    from specdesk.core.models.ggufheader import read_gguf_header
+    from specdesk.core.models.q4store import folder_name
+
+    src = tiny_target if tied else make_llama(models_dir / "tiny-untied", seed=3, tie=False)
+    path = write_gguf(src, gguf_dir / f"q4-tied-{tied}.gguf", "Q4_1")
+    said: list[str] = []
+    q4 = load_model(str(path), "q4", device="cpu", progress=said.append)
+    header = read_gguf_header(path)
+    root = entry_dir(header)
+    assert any(f"to {folder_name()} (first load only)" in m and "100%" in m for m in said), said
+    assert not any("quantizing" in m for m in said) and not (root / "float32").exists()
+    stored = sum(f.stat().st_size for f in (root / folder_name()).iterdir())
+    assert stored <= needed_bytes(header, folder_name()) < needed_bytes(header, "float32")
+    again: list[str] = []
+    q4_again = load_model(str(path), "q4", device="cpu", progress=again.append)
+    assert again == [] and not same_tensors(held_tensors(q4.model), held_tensors(q4_again.model))
+
+    ref = AutoModelForCausalLM.from_pretrained(converted_folder(path, torch.float32), dtype=torch.float32,
+                                               local_files_only=True, attn_implementation="sdpa")
+    params = sum(p.numel() for p in ref.parameters())
+    int4.quantize_model(ref.eval())
+    assert q4.params == params and ("lm_head" in dict(q4.model.named_modules())) and tied == (
+        q4.model.config.tie_word_embeddings)
+    assert [type(m) for m in q4.model.modules()] == [type(m) for m in ref.modules()]
+    assert not same_tensors(held_tensors(q4.model), held_tensors(ref))
+    ids = torch.tensor([[1, 5, 9, 200, 31]])
+    assert torch.equal(q4.model(ids).logits, ref(ids).logits)
 
 
 def test_a_conversion_parses_the_file_once_and_leaves_gguf_as_it_was(gguf_dir, tiny_target, monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import DEMO, specdesk_side_by_side
+from conftest import DEMO, held_tensors, same_tensors, specdesk_side_by_side
 from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
 
 DRAFT = DEMO / "smollm2-135m-instruct-draft"
@@ -74,3 +74,29 @@ def test_the_app_started_with_the_target_loads_its_draft(smollm2_gguf, tiny_targ
     demo = startup_request(None, None, None)
     assert (demo.target, demo.draft, demo.drafter) == ("demo-target", "demo-draft", "model")
     assert startup_request("/no/such/model.gguf", None, None).draft is None  # the load reports the bad path
+
+
+def test_the_q4_target_loads_from_its_codes_as_quantizing_its_float32_form_would(smollm2_gguf):  # noqa: F811
+    """The real GGUF as q4: stored once as codes (150 MB here against the float32 conversion's 517), loaded without
+    quantizing, and every tensor it holds (606, the joined layers' too) bit for bit what int4.quantize_model makes of
+    the float32 conversion's model."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specdesk.core import int4
+    from specdesk.core.loading import load_model
+    from specdesk.core.models.convert import converted_folder
+    from specdesk.core.models.q4store import folder_name
+
+    said: list[str] = []
+    q4 = load_model(str(smollm2_gguf), "q4", device="cpu", progress=said.append)
+    assert not any("quantizing" in m for m in said)
+    f32 = converted_folder(smollm2_gguf, torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(f32, dtype=torch.float32, local_files_only=True,
+                                               attn_implementation="sdpa")
+    int4.quantize_model(ref.eval())
+    held = held_tensors(q4.model)
+    assert len(held) == 606 and not same_tensors(held, held_tensors(ref))
+    assert q4.params == 134_515_008
+    size = {f.name: sum(p.stat().st_size for p in f.iterdir()) for f in (f32, f32.parent / folder_name())}
+    assert size[folder_name()] < 0.3 * size["float32"]

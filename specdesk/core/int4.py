@@ -427,26 +427,44 @@ def fuse(mods: list) -> Int4Linear | None:
     return kind(torch.cat([m.packed for m in mods]), scales, k, bias)
 
 
+def quant_targets(model: nn.Module, head: str = "q8") -> dict[str, type]:
+    """Which modules :func:`quantize_model` replaces, by name, and the class each becomes: the output head (``head``
+    "q8": an 8-bit class; "q4": the layers' class; "none": left) and every linear layer of the decoder blocks that the
+    kernel takes. The same on a model with empty (meta) parameters, so a stored q4 model (models/q4store) is rebuilt
+    module for module."""
+    own = native()
+    layer_kind = NativeQ4Linear if own else Int4Linear
+    kind = {"q8": NativeQ8Linear if own else Q8Linear, "q4": layer_kind, "none": None}[head]
+    names = {id(m): n for n, m in model.named_modules()}
+    out: dict[str, type] = {}
+    if kind is not None and fits(model.lm_head):
+        out[names[id(model.lm_head)]] = kind
+    layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
+    for block in layers:
+        for m in block.modules():
+            if fits(m):
+                out[names[id(m)]] = layer_kind
+    return out
+
+
 def quantize_model(model: nn.Module, head: str = "q8") -> int:
     """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear, the output head a
     Q8Linear (``head`` "q8", a target's: 8 bits keep its logits as a Q8_0 file has them) or an Int4Linear ("q4", a
     draft's own copy of some of the target's rows, where 4 bits cost acceptance, not exactness) or stays ("none");
     everything else (embeddings, norms) becomes bfloat16. A tied head is untied: the embeddings stay bfloat16
     beside it. Returns how many layers were quantized."""
-    count = 0
-    own = native()
-    layer_kind = NativeQ4Linear if own else Int4Linear
-    kind = {"q8": NativeQ8Linear if own else Q8Linear, "q4": layer_kind, "none": None}[head]
-    if kind is not None and fits(model.lm_head):
-        model.lm_head = kind.from_linear(model.lm_head)
-        count += 1
+    targets = quant_targets(model, head)
+    for name, kind in targets.items():
+        model.set_submodule(name, kind.from_linear(model.get_submodule(name)))
+    fuse_model(model)
+    model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are
+    return len(targets)
+
+
+def fuse_model(model: nn.Module) -> None:
+    """Each block's q/k/v and gate/up, where :func:`fuse` joins them, computed in one kernel call."""
     layers = model.get_decoder().layers if hasattr(model, "get_decoder") else model.model.layers
     for block in layers:
-        for parent in list(block.modules()):
-            for name, child in list(parent.named_children()):
-                if fits(child):
-                    setattr(parent, name, layer_kind.from_linear(child))
-                    count += 1
         att, mlp = getattr(block, "self_attn", None), getattr(block, "mlp", None)
         for owner, names in ((att, ("q_proj", "k_proj", "v_proj")), (mlp, ("gate_proj", "up_proj"))):
             mods = [getattr(owner, n, None) for n in names]
@@ -454,13 +472,11 @@ def quantize_model(model: nn.Module, head: str = "q8") -> int:
             if joined is None:
                 continue
             # the layers' codes become views of the joined ones (no second copy); their scales stay their own
-            row, per = 0, 16 if own else 1  # own kernel: one packed entry per 16 outputs; torch's: per output
+            row, per = 0, 16 if type(joined) is NativeQ4Linear else 1  # own kernel: one packed entry per 16 outputs
             for m in mods:
                 m.packed = joined.packed[row // per:(row + m.out_features) // per]
                 row += m.out_features
             object.__setattr__(owner, FUSED, joined)  # not a submodule: its codes are counted once, via the views
-    model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are
-    return count
 
 
 def stored(model: nn.Module) -> tuple[int, int]:

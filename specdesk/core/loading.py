@@ -457,10 +457,11 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     if quant == "auto":
         quant = auto_quant(source, device, dtype)
     torch_dtype = resolve_dtype(dtype, device)
+    stored_q4 = quant == "q4" and is_gguf(source)  # a GGUF's q4 form is converted once and loaded as it is stored
     if quant == "q4":
         check_q4(device, dtype)
         torch_dtype = torch.float32  # loaded as float32 (a GGUF's exact values), then 4-bit codes + bfloat16
-    path = loadable_folder(source, torch_dtype, progress)
+    path = loadable_folder(source, "q4" if stored_q4 else torch_dtype, progress)
     cfg = check_model_folder(path)
     if isinstance(cfg.get("specdesk"), dict) and cfg["specdesk"].get("borrows"):
         want = cfg["specdesk"].get("target", {}).get("name", "its target")
@@ -477,7 +478,13 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     if qcfg is not None:
         kwargs.update(quantization_config=qcfg, device_map={"": device})
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        if stored_q4:
+            from specdesk.core.models import q4store
+
+            model, params = q4store.load(path)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+            params = sum(p.numel() for p in model.parameters())  # before q4 turns the linear weights into buffers
         if qcfg is None:
             model = model.to(device)
     except torch.cuda.OutOfMemoryError:
@@ -488,13 +495,13 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
-    params = sum(p.numel() for p in model.parameters())  # before q4 turns the linear weights into buffers
     if quant == "q4":
         from specdesk.core import int4
 
-        if progress:
-            progress(f"quantizing {source.name} to 4 bits (q4)")
-        int4.quantize_model(model)
+        if not stored_q4:
+            if progress:
+                progress(f"quantizing {source.name} to 4 bits (q4)")
+            int4.quantize_model(model)
         torch_dtype = torch.bfloat16
     if qcfg is not None and device == "cpu":
         from specdesk.core.bnb_cpu import prepare_4bit_layers

@@ -18,6 +18,7 @@ is removed):
     <stem>-<key>/gguf-config.json    the header's values as transformers' GGUF loader read them
     <stem>-<key>/tokenizer/          the tokenizer rebuilt from the header
     <stem>-<key>/<dtype>/            a complete model folder (config, tokenizer, safetensors, .complete)
+    <stem>-<key>/q4-own-1/           the same for a q4 load: packed codes and scales, not float32 (q4store)
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from specdesk.core.models.ggufheader import GGUFHeader, read_gguf_header
 log = logging.getLogger(__name__)
 
 SHARD_BYTES = 2 * 2**30
+Q4 = "q4"  # converted_folder's "dtype" for the q4 form: 4-bit codes and scales as a q4 load holds them (q4store)
 COMPLETE = ".complete"
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -71,6 +73,11 @@ def _first_line(e: BaseException) -> str:
 
 
 def _dtype_name(torch_dtype) -> str:
+    """The cache folder of a conversion: the dtype's name, or for "q4" this machine's q4 layout (models/q4store)."""
+    if torch_dtype == Q4:
+        from specdesk.core.models.q4store import folder_name
+
+        return folder_name()
     return str(torch_dtype).replace("torch.", "")
 
 
@@ -214,9 +221,16 @@ def _publish(tmp: Path, final: Path) -> None:
 # ----------------------------------------------------------------------------- weights
 
 def needed_bytes(header: GGUFHeader, dtype_name: str) -> int:
-    """Disk a conversion to ``dtype_name`` writes: every parameter at that width, plus the tokenizer."""
+    """Disk a conversion to ``dtype_name`` writes: every parameter at that width, plus the tokenizer. The q4 form:
+    at most 1.07 bytes a weight (8-bit head; the layers 0.63), the embeddings and vectors in bfloat16, and the
+    embeddings again as a tied head's 8-bit codes."""
     params = sum(t.numel for t in header.tensors if t.name not in NOT_PARAMETERS)
-    return params * _DTYPE_BYTES.get(dtype_name, 4) + 4 * header.data_start + 16 * 2**20
+    extra = 4 * header.data_start + 16 * 2**20
+    if dtype_name.startswith("q4-"):
+        wide = sum(t.numel for t in header.tensors if t.name not in NOT_PARAMETERS
+                   and (len(t.shape) == 1 or t.name.startswith("token_embd")))
+        return int(1.07 * params + 2.07 * wide) + extra
+    return params * _DTYPE_BYTES.get(dtype_name, 4) + extra
 
 
 def _free_bytes(folder: Path) -> int:
@@ -231,7 +245,8 @@ def _gib(n: int) -> str:
 
 
 def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) -> Path:
-    """A safetensors model folder equal to transformers' GGUF load of ``path`` in ``torch_dtype``.
+    """A safetensors model folder equal to transformers' GGUF load of ``path`` in ``torch_dtype``, or with
+    ``torch_dtype`` "q4" (:data:`Q4`) that load's q4 form (models/q4store.load reads it).
 
     Converts on the first call for this version of the file and dtype (checking free disk space first),
     reporting progress through ``progress``; later calls return the cached folder at once.
@@ -266,7 +281,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
             (tmp / COMPLETE).unlink()
             _write_weights(path, info, cfg_root, torch_dtype, tmp, lambda msg: say(f"{label}: {msg}"))
         config = json.loads((cfg_root / "config.json").read_text(encoding="utf-8"))
-        config["dtype"] = dname
+        config["dtype"] = "float32" if torch_dtype == Q4 else dname  # q4: what its float32 form would say
         _write_json(tmp / "config.json", config)
         (tmp / COMPLETE).write_text(json.dumps({"gguf": str(path.resolve()), "seconds": time.perf_counter() - t0}))
         _publish(tmp, final)
@@ -287,7 +302,8 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
 
 
 def _write_weights(path: Path, info: GGUFInfo, cfg_root: Path, torch_dtype, dest: Path, say: Progress) -> None:
-    """Dequantize every tensor, apply transformers' per-architecture fixes and names, write shards."""
+    """Dequantize every tensor, apply transformers' per-architecture fixes and names, write shards (in
+    ``torch_dtype``, or for "q4" as q4store.encoder stores them)."""
     import numpy as np
     import torch
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
@@ -313,7 +329,20 @@ def _write_weights(path: Path, info: GGUFInfo, cfg_root: Path, torch_dtype, dest
     except (NotImplementedError, ValueError, KeyError) as e:
         raise BadModel(f"cannot map {path.name}'s tensors to transformers' names: {_first_line(e)}") from None
     parsed = {"config": gguf_config, "tensors": {}}  # processors for fused experts collect tensors here
+    if torch_dtype == Q4:
+        from specdesk.core.models.q4store import encoder
+
+        encode = encoder(model)
+    else:
+        def encode(name, tensor):
+            return [(name, tensor.to(torch_dtype))]
     shards = _ShardWriter(dest)
+    filled: set[str] = set()
+
+    def add(name, tensor) -> None:
+        filled.add(name)
+        for stored, value in encode(name, tensor.to(torch.float32)):
+            shards.add(stored, value)
     blob = np.memmap(path, mode="r", dtype=np.uint8)
     n = len(header.tensors)
     last = 0.0
@@ -330,15 +359,15 @@ def _write_weights(path: Path, info: GGUFInfo, cfg_root: Path, torch_dtype, dest
         weights = dequantize(data, qtype)
         result = processor.process(weights=weights, name=t.name, tensor_key_mapping=names, parsed_parameters=parsed)
         if result.name is not None and result.name in names:
-            shards.add(names[result.name], torch.from_numpy(np.copy(result.weights)).to(torch_dtype))
+            add(names[result.name], torch.from_numpy(np.copy(result.weights)))
         now = time.perf_counter()
         if now - last > 0.5 or i == n - 1:
             say(f"{100 * (i + 1) // n}% ({i + 1} of {n} tensors)")
             last = now
     for name, tensor in parsed["tensors"].items():
-        shards.add(name, tensor.to(torch_dtype))
+        add(name, tensor)
     del blob
-    missing = _missing(model, shards.names)
+    missing = _missing(model, filled)
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         raise BadModel(f"{path.name} lacks weights the {header.architecture} architecture needs: {shown}")
@@ -361,7 +390,6 @@ class _ShardWriter:
         self.current: dict = {}
         self.current_bytes = 0
         self.files: list[tuple[Path, list[str]]] = []
-        self.names: set[str] = set()
 
     def add(self, name: str, tensor) -> None:
         nbytes = tensor.numel() * tensor.element_size()
@@ -369,7 +397,6 @@ class _ShardWriter:
             self._flush()
         self.current[name] = tensor.contiguous()
         self.current_bytes += nbytes
-        self.names.add(name)
 
     def _flush(self) -> None:
         from safetensors.torch import save_file
