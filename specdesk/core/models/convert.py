@@ -269,7 +269,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
     _remove_dead_partials(root)
     tmp = root / f".{dname}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    label = f"converting {path.name} to {dname} (first load only)"
+    label = f"converting {path.name} to {Q4 if torch_dtype == Q4 else dname} (first load only)"
     t0 = time.perf_counter()
     try:
         with gguf_read_once():
