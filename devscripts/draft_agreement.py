@@ -7,6 +7,9 @@
     python devscripts/draft_agreement.py temperature   # expected sampled acceptance sum_x min(p_T(x), q_T'(x)) at
                                                        # T=0.7 with the draft's rows at other temperatures T'
     python devscripts/draft_agreement.py teacher DRAFT # another draft folder of the same target (default: bundled)
+    python devscripts/draft_agreement.py free [DRAFT]  # the draft's top token against the q4 target's on 24 held-out
+                                                       # template prompts and on the 24 hand-written FREE_PROMPTS
+                                                       # (forms no template writes), each prompt's own figure too
 
 Contexts: greedy (teacher) or T=0.7 (temperature) replies of the q4 target to 24 of distill's held-out prompts,
 96 tokens each. 2 torch threads on the CPU.
@@ -82,12 +85,34 @@ def temperature(engine, t: float = 0.7) -> dict:
     return {"positions": n, "target temperature": t, **{k: round(v / n, 4) for k, v in sums.items()}}
 
 
+def free(engine) -> dict:
+    """Agreement with the q4 target's greedy replies: 24 held-out template prompts against FREE_PROMPTS."""
+    from specdesk.core.distill.prompts import FREE_PROMPTS
+
+    head = engine._model_drafter.head_ids
+    q4 = fastdraft.LeanDecoder(engine.target.model, 1600)
+    dr = fastdraft.LeanDecoder(engine.draft.model, 1600)
+    out = {}
+    for name, prompts in (("held-out template prompts", chat_prompts(24, held_out=True)),
+                          ("hand-written prompts", FREE_PROMPTS)):
+        n = agree = 0
+        each = []
+        for p in prompts:
+            ids = chat_ids(engine.tokenizer, p)
+            reply = list(engine.generate(ids, max_new_tokens=96, drafter="none").token_ids)
+            same = int((_logits(q4, ids, reply).argmax(-1) == head[_logits(dr, ids, reply).argmax(-1)]).sum())
+            n, agree = n + len(reply), agree + same
+            each.append(round(same / len(reply), 2))
+        out[name] = {"positions": n, "agreement": round(agree / n, 4), "by prompt": each}
+    return out
+
+
 def main() -> None:
     torch.set_num_threads(2)
     what = sys.argv[1] if len(sys.argv) > 1 else "teacher"
     draft = sys.argv[2] if len(sys.argv) > 2 else DRAFT
     engine = specdesk.load(GGUF, draft, drafter="model", device="cpu", target_quant="q4")
-    print(json.dumps(teacher(engine) if what == "teacher" else temperature(engine), indent=1))
+    print(json.dumps({"teacher": teacher, "temperature": temperature, "free": free}[what](engine), indent=1))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ def test_expected_tokens_formula():
 def test_suite_has_every_category_from_held_out_modules():
     suite = build_suite(2, chat=True)
     assert {p.category for p in suite} == set(CATEGORIES)
-    assert {p.category for p in build_suite(2)} == set(CATEGORIES) - {"chat"}
+    assert {p.category for p in build_suite(2)} == set(CATEGORIES) - {"chat", "chat-free"}
     assert all(p.text for p in suite)
     editing = [p for p in suite if p.category == "editing"]
     assert all("_v2(" in p.text.splitlines()[-1] for p in editing)  # a renamed copy starts at the end

@@ -47,7 +47,7 @@ def test_chat_prompts_are_held_out_and_go_through_the_chat_template(chatty, tiny
     import specdesk
     from specdesk.core.bench.runner import prompt_ids
     from specdesk.core.bench.suite import build_suite
-    from specdesk.core.distill.prompts import chat_prompts
+    from specdesk.core.distill.prompts import FREE_PROMPTS, PROMPT_SETS, chat_prompts
 
     chat = [p for p in build_suite(3, chat=True) if p.category == "chat"]
     assert len(chat) == 3 and len({p.name for p in chat}) == 3 and all(p.chat for p in chat)
@@ -55,6 +55,13 @@ def test_chat_prompts_are_held_out_and_go_through_the_chat_template(chatty, tiny
     assert not {p.text for p in chat} & training  # never a prompt the distiller trained on
     assert [p.text for p in chat] == chat_prompts(3, held_out=True, seed=0)
     assert not any(p.category == "chat" for p in build_suite(3))  # only when asked for
+    free = [p for p in build_suite(3, chat=True) if p.category == "chat-free"]
+    assert [p.text for p in free] == FREE_PROMPTS[:3] and all(p.chat for p in free)
+    # hand-written prompts in forms no template writes: neither prompt set's training or held-out prompts hold one
+    for prompt_set in PROMPT_SETS:
+        written = {*chat_prompts(100_000, prompt_set=prompt_set), *chat_prompts(100_000, held_out=True,
+                                                                               prompt_set=prompt_set)}
+        assert len(written) > 15_000 and not written & set(FREE_PROMPTS)
 
     engine = specdesk.load(str(chatty), str(tiny_draft), device="cpu")
     ids = prompt_ids(engine, chat[0])

@@ -133,6 +133,25 @@ def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, dist
     with pytest.raises(BadSetting, match="skip_prompts"):  # a resume must keep the prompt list
         list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=0,
                                   init_from=str(first), resume=True)))
+    with pytest.raises(BadSetting, match="prompts"):  # and its prompt set
+        list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=32,
+                                  init_from=str(first), resume=True, prompts="varied")))
+
+    # --prompt-set varied: the target answers that set's seeded list, held-out prompts from its held-out subjects
+    varied = tmp_path / "varied"
+    list(distill(small_config(distill_target, varied, steps=2, train_prompts=16, init_from=str(first),
+                              prompts="varied")))
+    work = WorkDir(varied)
+    answered = [tuple(s.prompt) for name in work.train_shards() for s in work.load_shard(name)]
+    held = [tuple(s.prompt) for s in work.load_shard("held-out")]
+    want = [tuple(chat_ids(tok, m)) for m in chat_prompts(16, prompt_set="varied")]
+    assert answered == want and want != seeded[:16]
+    assert 'the prompt set "varied"' in (varied / "README.md").read_text()
+    assert json.loads((varied / "distill.json").read_text())["prompt_set"] == "varied"
+    assert held == [tuple(chat_ids(tok, m)) for m in chat_prompts(16, held_out=True, prompt_set="varied")]
+    from specdesk.core.distill.prompts import fingerprint
+
+    assert fingerprint() == "024aa286d7c2eb4b" != fingerprint("varied")  # the templates' list is the one it was
 
 
 @pytest.fixture(scope="module")

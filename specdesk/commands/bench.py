@@ -35,8 +35,9 @@ def add_parser(sub) -> None:
                                                  "rows")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' assisted generation and prompt lookup")
     p.add_argument("--greedy-only", action="store_true", help="skip the temperature 0.7 runs")
-    p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context,chat "
-                                        "(default: all; chat only for a target with a chat template)")
+    p.add_argument("--categories", help="comma-separated subset of completion,editing,prose,long_context,chat,"
+                                        "chat-free (default: all; chat: held-out template prompts, chat-free: "
+                                        "hand-written ones; both only for a target with a chat template)")
     p.set_defaults(func=run)
 
 
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from specdesk.core.bench.analysis import against_defaults, analyse, goals
     from specdesk.core.bench.report import markdown, to_json
     from specdesk.core.bench.runner import default_methods, run_suite
-    from specdesk.core.bench.suite import CATEGORIES, build_suite
+    from specdesk.core.bench.suite import CATEGORIES, CHAT_CATEGORIES, build_suite
     from specdesk.core.sessionlog import library_versions
     from specdesk.core.tree import checked_widths
     from specdesk.hw.cpu import cpu_description
@@ -86,13 +87,16 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(args, progress=say)
     has_draft = engine.draft is not None
     # chat prompts as plain text are not what a chat model reads: no chat template, no chat category
-    if "chat" in cats and not engine.has_chat_template:
-        say(f"skipping the chat category: {engine.target.name} has no chat template")
-        cats = tuple(c for c in cats if c != "chat")
+    chats = [c for c in cats if c in CHAT_CATEGORIES]
+    if chats and not engine.has_chat_template:
+        say(f"skipping the {' and '.join(chats)} categor{'ies' if len(chats) > 1 else 'y'}: {engine.target.name} "
+            f"has no chat template")
+        cats = tuple(c for c in cats if c not in CHAT_CATEGORIES)
         if not cats:
-            raise BadSetting(f"nothing to run: the chat category needs a chat template, and {engine.target.name} "
+            raise BadSetting(f"nothing to run: the chat categories need a chat template, and {engine.target.name} "
                              f"has none")
-    prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer, chat="chat" in cats)
+    prompts = [p for p in build_suite(cfg["per_category"], tokenizer=engine.tokenizer,
+                                      chat=any(c in CHAT_CATEGORIES for c in cats))
                if p.category in cats]
     hf_ks = tuple(k for k in cfg["hf_ks"] if k in cfg["ks"]) or cfg["ks"][-1:]
     # A distilled draft's reduced head (logit i is token head_ids[i]) is read by transformers as token ids

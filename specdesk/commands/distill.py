@@ -38,6 +38,10 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-prompts", type=int, default=None, metavar="N",
                    help="leave out the first N training prompts of the seeded list (those the --init-from draft "
                         "was trained on: its distill.json says how many), so the target answers new ones")
+    p.add_argument("--prompt-set", choices=("templates", "varied"), default=None,
+                   help="the prompts the target answers: templates (explain, code, rewrite, list, questions; the "
+                        "default) or varied (those and 14 more kinds: advice, comparisons, short writing, fixes, "
+                        "recommendations, sums, plans, definitions, commands, ...)")
     p.add_argument("--head-vocab", type=int, default=None,
                    help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
     p.add_argument("--standalone", metavar="DRAFT", default=None,
@@ -51,6 +55,7 @@ def rebuild_command(args: argparse.Namespace) -> str:
     parts = ["specdesk", "distill", "--target", str(args.target), "--out", str(args.out)]
     for flag, value in (("--kind", args.kind), ("--init-from", args.init_from), ("--minutes", args.minutes),
                         ("--steps", args.steps), ("--prompts", args.prompts), ("--skip-prompts", args.skip_prompts),
+                        ("--prompt-set", args.prompt_set),
                         ("--layers", args.layers),
                         ("--head-vocab", args.head_vocab)):
         if value is not None:
@@ -81,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
         cfg.kind = args.kind
     if args.skip_prompts is not None:
         cfg.skip_prompts = args.skip_prompts
+    if args.prompt_set is not None:
+        cfg.prompts = args.prompt_set
     if args.init_from is not None:
         cfg.init_from = str(Path(args.init_from).expanduser())
         init_cfg = Path(cfg.init_from) / "config.json"

@@ -8,6 +8,8 @@ Categories:
 - ``chat``: a user message through the target's chat template: the distiller's held-out prompts
   (``core.distill.prompts``, subjects no training prompt uses), so a distilled draft is measured on chat it
   never trained on. Only for targets with a chat template.
+- ``chat-free``: user messages written by hand in forms none of the distiller's templates writes
+  (``core.distill.prompts.FREE_PROMPTS``): how far a draft distilled on template prompts carries to other chat.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ HELD_OUT_MODULES = (
     "pprint.py", "shlex.py", "statistics.py", "string.py", "textwrap.py",
 )
 STDLIB_CATEGORIES = ("completion", "editing", "prose", "long_context")
-CATEGORIES = STDLIB_CATEGORIES + ("chat",)
+CHAT_CATEGORIES = ("chat", "chat-free")  # through the target's chat template: only for targets that have one
+CATEGORIES = STDLIB_CATEGORIES + CHAT_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,14 @@ def chat_suite(n: int = 3, seed: int = 0) -> list[Prompt]:
     return out
 
 
+def free_chat_suite(n: int = 3) -> list[Prompt]:
+    """The first ``n`` hand-written chat prompts (distill.prompts.FREE_PROMPTS; at most their 24)."""
+    from specdesk.core.distill.prompts import FREE_PROMPTS
+
+    return [Prompt("chat-free", f"{i}. " + " ".join(t.split()[:3]).rstrip(":,.?"), t, chat=True)
+            for i, t in enumerate(FREE_PROMPTS[:n])]
+
+
 def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
@@ -64,7 +75,7 @@ def build_suite(per_category: int = 3, modules: tuple[str, ...] = HELD_OUT_MODUL
     """Deterministic prompts: the same files give the same suite on every machine with this Python.
 
     With a tokenizer, long-context prompts are cut to about ``long_tokens`` tokens (at a line end).
-    ``chat``: add the chat category's ``per_category`` held-out chat prompts.
+    ``chat``: add the chat categories' ``per_category`` prompts each (held-out template prompts, hand-written ones).
     """
     prompts: dict[str, list[Prompt]] = {c: [] for c in CATEGORIES}
     for mod in modules:
@@ -115,6 +126,7 @@ def build_suite(per_category: int = 3, modules: tuple[str, ...] = HELD_OUT_MODUL
         prompts["long_context"].append(Prompt("long_context", name, text))
     if chat:
         prompts["chat"] = chat_suite(per_category)
+        prompts["chat-free"] = free_chat_suite(per_category)
     suite = []
     for cat in CATEGORIES:
         suite.extend(prompts[cat][:per_category])

@@ -7,6 +7,12 @@ from collections import Counter
 from pathlib import Path
 
 
+_KINDS = {"templates": "coding, rewriting, explaining, lists, questions",
+          "varied": "the prompt set \"varied\": coding, rewriting, explaining, lists, questions, advice, comparisons, "
+                    "short writing, fixes, recommendations, sums, decisions, descriptions, why-questions, "
+                    "definitions, plans, programming concepts, commands, role-play"}
+
+
 def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path, target_sha256: str, cpu: str,
                torch_threads: int) -> None:
     out = Path(out)
@@ -18,6 +24,7 @@ def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path
     temps = Counter(s.temperature for s in trainer.train)
     sampled = ", ".join(f"{n} at temperature {t:g}" for t, n in sorted(temps.items()) if t > 0) or "none sampled"
     init_from = getattr(cfg, "init_from", None)
+    prompt_set = getattr(cfg, "prompts", "templates")
     previous = _previous(init_from)
     start = "initialised from the target's first layers"
     if init_from:
@@ -51,7 +58,7 @@ whole head):
     {cfg.command or "(from the Python API)"}
 
 - Data: the target's own replies to {len(trainer.train)} chat prompts written from templates in
-  `specdesk/core/distill/prompts.py` (coding, rewriting, explaining, lists, questions; replies {sampled},
+  `specdesk/core/distill/prompts.py` ({_KINDS[prompt_set]}; replies {sampled},
   the rest greedy), at most {cfg.max_new_tokens} new tokens each: {trainer.train_tokens} reply
   tokens, with the target's top-{cfg.topk} distribution at every position. Held out: {held_greedy} prompts on
   subjects no training prompt uses (greedy replies, {trainer.held_tokens} tokens). Seed {cfg.seed}.
@@ -79,7 +86,7 @@ See specdesk's README for speeds measured with `specdesk bench`.
         "train_replies": len(trainer.train), "train_tokens": trainer.train_tokens, "held_out_replies": held_greedy,
         "held_out_tokens": trainer.held_tokens, "agreement": trainer.last_agreement,
         "tokens_per_pass_k4": trainer.tokens_per_pass, "per_position_acceptance_k4": trainer.per_position,
-        "curve": [list(c) for c in trainer.curve], "cpu": cpu,
+        "curve": [list(c) for c in trainer.curve], "cpu": cpu, "prompt_set": prompt_set,
         **({"init_from": Path(init_from).name, "skip_prompts": cfg.skip_prompts, "previous": previous}
            if init_from else {})}, indent=2), encoding="utf-8")
 

@@ -36,6 +36,7 @@ class DistillConfig:
     seed: int = 0
     train_prompts: int = 640
     skip_prompts: int = 0  # leave out the first N of the seeded prompt list (those an --init-from draft learned)
+    prompts: str = "templates"  # the prompt set (distill.prompts.PROMPT_SETS): "varied" adds 14 kinds of request
     held_out_prompts: int = 64
     max_new_tokens: int = 128
     answer_batch: int = 64  # prompts a batch (and a data shard)
@@ -56,7 +57,7 @@ class DistillConfig:
         d["target_sha256"] = target_sha256
         from specdesk.core.distill.prompts import fingerprint
 
-        d["prompt_set"] = fingerprint()
+        d["prompt_set"] = fingerprint(self.prompts)
         return d
 
 
@@ -125,6 +126,10 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
     if cfg.skip_prompts < 0:
         raise BadSetting("--skip-prompts must be 0 or more")
+    from specdesk.core.distill.prompts import PROMPT_SETS
+
+    if cfg.prompts not in PROMPT_SETS:
+        raise BadSetting(f"unknown prompt set {cfg.prompts!r}: use {' or '.join(PROMPT_SETS)}")
 
 
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
@@ -151,8 +156,8 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     work.start(cfg.data_settings(sha), cfg.resume)
 
     # ---- data
-    held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed)
-    train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed)[cfg.skip_prompts:]
+    held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed, prompt_set=cfg.prompts)
+    train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed, prompt_set=cfg.prompts)[cfg.skip_prompts:]
     jobs = [("held-out", held, 0.0)] + training_jobs(train, cfg.train_prompts, cfg.answer_batch, cfg.sampled_every)
     todo = sum(len(p) for name, p, _ in jobs if not work.shard_path(name).exists())
     t0, done = time.perf_counter(), 0

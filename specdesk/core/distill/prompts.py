@@ -173,34 +173,205 @@ HELD_OUT_EVERY = 5  # subjects i with i % 5 == 4 are held out (language and pers
 SHARED_FIELDS = ("lang", "person")
 
 
-def fingerprint() -> str:
+# The "varied" set: kinds of requests the templates above never make (the bundled SmolLM2 draft, trained on those,
+# agreed with its target on 0.55 of held-out template prompts' tokens and on 0.42 of FREE_PROMPTS', below).
+VARIED_TEMPLATES = {
+    "advice": ["How can I {goal}?", "I want to {goal}. Where should I start?", "What are some simple ways to {goal}?",
+               "Any advice for someone who wants to {goal}?", "What mistakes should I avoid if I want to {goal}?",
+               "I keep failing to {goal}. What can I do differently?"],
+    "compare": ["What is the difference between {pair}?", "Compare {pair}.", "How are {pair} alike, and how do they "
+                "differ?", "Which should {person} choose between {pair}?", "Explain the difference between {pair} "
+                "with an example."],
+    "write": ["Write a short {doc} for {occasion}.", "Help me write a {doc} about {occasion}.",
+              "Draft a {doc} for {occasion}, in a friendly tone.",
+              "Can you write a {doc} for {occasion}? Keep it under 100 words."],
+    "fix": ["What can I do if {problem}?", "I have a problem: {problem}. How can I fix it?",
+            "What usually causes this: {problem}?", "Give me step-by-step help: {problem}."],
+    "recommend": ["Can you recommend {item} for {person}?", "What are some good {item}?",
+                  "Suggest three {item} and say why.", "I'm looking for {item}. Any ideas?"],
+    "calculate": ["Calculate {calc} and show the steps.", "What is {calc}?", "Can you work out {calc}? Explain how.",
+                  "Help me with my homework: find {calc}."],
+    "decide": ["Is it a good idea to {choice}?", "Should I {choice}? Give me both sides.",
+               "Why do some people {choice}?", "My friend wants to {choice}. What should they think about first?"],
+    "describe": ["Describe {scene} in a few vivid sentences.", "Write a paragraph describing {scene}.",
+                 "Imagine {scene}. What would you see, hear and smell?"],
+    "why": ["Why {why}?", "Quick question: why {why}?", "I've always wondered: why {why}?"],
+    "define": ["What does '{word}' mean?", "Define '{word}' and use it in a sentence.",
+               "Explain the term '{word}' with an example.", "How would you explain '{word}' to {person}?"],
+    "plan": ["Help me plan {event}.", "Make a schedule for {event}.", "What do I need to organise {event}?",
+             "Give me a simple plan for {event}, with a budget."],
+    "concept": ["Explain {concept} in {lang} with a short example.", "When should I use {concept} in {lang}?",
+                "What are {concept} in {lang}, and why are they useful?"],
+    "command": ["Write a {tool} to {op}.", "What {tool} would {op}?", "Give me a {tool} to {op}, and explain it."],
+    "roleplay": ["You are {role}. Introduce yourself in a few sentences.", "Act as {role} and give me one piece of "
+                 "advice.", "Pretend you are {role}. What does a normal day look like for you?"],
+}
+VARIED_FIELDS = {
+    "goal": ["save more money each month", "sleep better", "get fit without a gym", "learn to cook",
+             "make new friends in a new city", "speak in public with confidence", "stay focused while studying",
+             "eat healthier", "keep my houseplants alive", "write a novel", "improve my handwriting",
+             "become a better listener", "reduce my screen time", "run five kilometres", "organise my closet",
+             "learn to draw", "negotiate a higher salary", "wake up earlier", "keep a journal",
+             "grow herbs on a balcony", "get better grades", "learn to swim", "be more patient",
+             "pay off my credit card", "memorise things faster"],
+    "pair": ["a laptop and a tablet", "weather and climate", "a crocodile and an alligator", "HTTP and HTTPS",
+             "a list and a tuple in Python", "baking soda and baking powder", "speed and velocity",
+             "an email and a letter", "running and swimming", "SQL and NoSQL databases",
+             "a credit card and a debit card", "mitosis and meiosis", "empathy and sympathy",
+             "a hurricane and a tornado", "stocks and bonds", "frogs and toads", "RAM and storage",
+             "a simile and a metaphor", "butter and margarine", "TCP and UDP", "an introvert and an extrovert",
+             "a lake and a pond", "a democracy and a republic", "a comet and an asteroid", "Java and JavaScript"],
+    "doc": ["text message", "speech", "toast", "invitation", "apology note", "newsletter paragraph",
+            "social media post", "birthday card message", "announcement", "short bio", "welcome message",
+            "reminder", "slogan", "limerick", "poster text"],
+    "occasion": ["a friend's birthday", "a team's product launch", "a school bake sale", "a retirement party",
+                 "a new neighbour moving in", "a charity fun run", "a missed deadline", "a community garden opening",
+                 "a graduation", "a farewell to a coworker", "a book club meeting", "a store's summer sale",
+                 "a wedding anniversary", "a volunteer day at the park", "a local concert", "a science fair",
+                 "a company picnic", "a library's reopening", "a neighbourhood clean-up", "a chess tournament"],
+    "problem": ["my laptop is running very slowly", "my phone battery drains too fast", "the Wi-Fi keeps disconnecting",
+                "my bike chain keeps falling off", "my bread does not rise", "my Python code raises a KeyError",
+                "git says I have merge conflicts", "my kitchen sink drains slowly", "my dog barks at night",
+                "my car squeaks when I brake", "my printer says it is offline", "my headphones only play on one side",
+                "my website loads slowly", "my cat will not use the litter box", "my shower has low water pressure",
+                "I cannot fall asleep at night", "my spreadsheet formula returns an error", "my zipper is stuck",
+                "my email goes to spam", "my houseplant is dropping leaves"],
+    "item": ["books about space", "podcasts about history", "gift ideas for a coworker", "weekend activities for a "
+             "rainy day", "healthy snacks for work", "beginner programming projects", "movies for a family night",
+             "names for a pet cat", "hobbies to try this year", "songs for a road trip", "ways to celebrate a "
+             "birthday at home", "indoor plants that need little light", "vegetarian dinner recipes",
+             "apps for learning languages", "exercises to do at a desk", "card games for two players",
+             "documentaries about nature", "ideas for a first date", "easy desserts without an oven",
+             "places to visit in Japan"],
+    "calc": ["15% of 80", "the area of a circle with a radius of 3 cm", "how many minutes are in a week",
+             "the average of 4, 8, 15 and 23", "5 kilometres in miles", "the square root of 144",
+             "the interest on $1,000 at 5% a year for 3 years", "a 20% tip on a $45 bill",
+             "how long it takes to drive 150 km at 60 km/h", "12 times 17", "the perimeter of a 4 by 7 rectangle",
+             "half of three quarters", "how many seconds are in a day", "the price after a 30% discount on $60",
+             "the volume of a 2 by 3 by 4 box", "the next number in 2, 4, 8, 16", "3 to the power of 4",
+             "how many weeks are in 100 days", "the speed of a runner who covers 10 km in 50 minutes",
+             "the total of 3 items at $4.99 each"],
+    "choice": ["learn two languages at once", "quit social media", "buy an electric bike", "take a gap year",
+               "work four days a week", "adopt a dog while living in an apartment", "switch careers at forty",
+               "move to the countryside", "study late at night", "use a standing desk",
+               "start investing with a small amount", "learn to code as an adult", "live without a car",
+               "go vegetarian", "read the news every morning", "keep a to-do list", "buy a used phone",
+               "travel alone", "rent furniture", "take cold showers"],
+    "scene": ["a busy train station at rush hour", "a quiet beach at sunrise", "a forest after the rain",
+              "a crowded night market", "an old library", "a thunderstorm over the city", "a snowy mountain village",
+              "a desert at night", "a kitchen on a holiday morning", "a stadium before a big match",
+              "a small harbour at dusk", "a classroom on the first day of school", "a field of sunflowers",
+              "an airport at midnight", "a rainy street in autumn", "a bakery at dawn", "a coral reef",
+              "a farm in early spring", "a city rooftop at night", "a hospital waiting room"],
+    "why": ["is the sky blue", "do we yawn", "does ice float on water", "do onions make us cry",
+            "do airplanes leave white trails", "does bread go stale", "do we have leap years", "is the ocean salty",
+            "do cats purr", "does the moon change shape", "do we get goosebumps", "do some people snore",
+            "do leaves change colour in autumn", "do we dream", "does metal feel colder than wood",
+            "do birds fly south in winter", "is the number zero important", "do we need vitamins",
+            "does a compass point north", "do bubbles look round"],
+    "word": ["serendipity", "ubiquitous", "opportunity cost", "API", "metadata", "irony", "bandwidth", "nostalgia",
+             "latency", "empathy", "sustainability", "resilience", "algorithm", "placebo", "encryption",
+             "biodiversity", "mindfulness", "recession", "compiler", "paradox"],
+    "event": ["a weekend camping trip", "a surprise birthday party", "a study week before exams",
+              "a small garden wedding", "a team-building afternoon", "a move to a new apartment",
+              "a two-day visit to London", "a family reunion", "a picnic for ten people", "a charity quiz night",
+              "a road trip along the coast", "a kid's science project", "a dinner party for six",
+              "a first week at a new job", "a home office setup", "a spring cleaning day", "a baby shower",
+              "a weekly meal prep", "a day at a theme park", "a language exchange meetup"],
+    "concept": ["list comprehensions", "closures", "async functions", "classes", "exceptions", "dictionaries",
+                "pointers", "generics", "decorators", "unit tests", "regular expressions", "string formatting",
+                "interfaces", "lambda functions", "iterators", "enums", "modules", "type hints", "threads",
+                "sets"],
+    "tool": ["SQL query", "bash command", "regular expression", "spreadsheet formula", "git command",
+             "Docker command", "Python one-liner", "cron line", "find command", "CSS rule"],
+    "op": ["count the rows in a table", "find all files larger than 100 MB", "match an email address",
+           "sum a column when another column says 'paid'", "undo the last commit", "list running containers",
+           "print every line that contains an error", "run a script every Monday at 9", "rename many files at once",
+           "center a box on the page", "remove duplicate rows", "show the ten largest folders",
+           "check which process uses a port", "extract the year from a date", "compress a folder",
+           "split a string on commas", "sort a list of names", "show the last 20 lines of a log",
+           "find the average price per category", "delete a branch"],
+    "role": ["a friendly librarian", "a personal trainer", "a chef in a busy restaurant", "a museum guide",
+             "a ship's captain", "a detective", "a beekeeper", "a lighthouse keeper", "a kindergarten teacher",
+             "an astronaut", "a bus driver", "a park ranger", "a jazz pianist", "a customer support agent",
+             "a medieval knight", "a gardener", "a news reporter", "a travel agent", "a robot butler",
+             "a mountain guide"],
+}
+# Written by hand, in forms none of the templates uses (and subjects their lists avoid): never training data; the
+# bench's chat-free category and the measure of how far a draft trained on templates carries to other chat.
+FREE_PROMPTS = [
+    "I have a job interview tomorrow for a marketing role. What questions should I expect?",
+    "My tomato plants have yellow leaves. What could be wrong?",
+    "Can you help me plan a three-day trip to Rome on a budget?",
+    "What's the difference between a virus and a bacterium?",
+    "Suggest a name for a bakery that specializes in sourdough bread.",
+    "Write a haiku about the first snow of winter.",
+    "Is it better to rent or buy a house? Give me both sides.",
+    "How do I politely decline an invitation to a wedding?",
+    "Explain recursion to me like I'm five years old.",
+    "What should I cook for dinner tonight if I only have eggs, rice and spinach?",
+    "Write a SQL query that finds the ten customers with the highest total orders.",
+    "Why does my bash script say 'permission denied' when I run it?",
+    "Compare Python and Go for writing a web server.",
+    "Give me a motivational message for someone starting their first marathon training.",
+    "What are some good board games for a family with young kids?",
+    "Draft a short thank-you note to my colleague who covered my shift.",
+    "How many hours of sleep does a teenager need, and why?",
+    "Describe the taste of a mango to someone who has never had one.",
+    "What is a good way to start learning to play the piano as an adult?",
+    "Convert 72 degrees Fahrenheit to Celsius and show the steps.",
+    "Write a product description for a waterproof hiking backpack.",
+    "What happened during the fall of the Berlin Wall?",
+    "Help me write a tweet announcing our new coffee shop opening on Saturday.",
+    "How can I stop procrastinating when I work from home?",
+]
+
+
+PROMPT_SETS = ("templates", "varied")  # "varied": the templates above and the ones below, every kind alike
+
+
+def _set(prompt_set: str) -> tuple[dict, dict]:
+    """(templates by kind, fields) of a prompt set."""
+    if prompt_set == "templates":
+        return TEMPLATES, FIELDS
+    if prompt_set == "varied":
+        return {**TEMPLATES, **VARIED_TEMPLATES}, {**FIELDS, **VARIED_FIELDS}
+    from specdesk.core.errors import BadSetting
+
+    raise BadSetting(f"unknown prompt set {prompt_set!r}: use {' or '.join(PROMPT_SETS)}")
+
+
+def fingerprint(prompt_set: str = "templates") -> str:
     """A short hash of the templates and subjects: which prompt list a seed gives (a resumed run that asks for more
     prompts must extend the list it began with)."""
     import hashlib
 
-    text = repr((sorted(TEMPLATES.items()), sorted(FIELDS.items()), HELD_OUT_EVERY, SHARED_FIELDS))
+    templates, fields = _set(prompt_set)
+    text = repr((sorted(templates.items()), sorted(fields.items()), HELD_OUT_EVERY, SHARED_FIELDS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _pool(field: str, held_out: bool) -> list[str]:
-    items = FIELDS[field]
+def _pool(fields: dict, field: str, held_out: bool) -> list[str]:
+    items = fields[field]
     if field in SHARED_FIELDS:
         return items
     return [s for i, s in enumerate(items) if (i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) == held_out]
 
 
-def chat_prompts(n: int, *, held_out: bool = False, seed: int = 0) -> list[str]:
-    """``n`` distinct user messages (fewer if the templates run out), training or held-out, reproducibly."""
+def chat_prompts(n: int, *, held_out: bool = False, seed: int = 0, prompt_set: str = "templates") -> list[str]:
+    """``n`` distinct user messages (fewer if the templates run out), training or held-out, reproducibly. Each set
+    draws its own sequence ("templates" the same as before "varied" existed)."""
+    templates, fields = _set(prompt_set)
     rng = random.Random(seed + (1_000_003 if held_out else 0))
-    pools = {f: _pool(f, held_out) for f in FIELDS}
-    kinds = sorted(TEMPLATES)
+    pools = {f: _pool(fields, f, held_out) for f in fields}
+    kinds = sorted(templates)
     out: list[str] = []
     seen: set[str] = set()
     tries = 0
     while len(out) < n and tries < 50 * n:
         tries += 1
         kind = rng.choice(kinds)
-        text = rng.choice(TEMPLATES[kind])
+        text = rng.choice(templates[kind])
         fill = {f: rng.choice(p) for f, p in pools.items()}
         prompt = text.format(**fill)
         if prompt not in seen:

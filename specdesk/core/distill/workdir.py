@@ -48,8 +48,9 @@ class WorkDir:
         if resume and self.exists():
             old = json.loads(self.settings_path.read_text())
             keys = ("target_sha256", "seed", "held_out_prompts", "max_new_tokens", "topk",
-                    "layers", "head_vocab", "kind", "skip_prompts")
-            before = {"kind": "draft", "skip_prompts": 0}  # what runs from before these settings existed used
+                    "layers", "head_vocab", "kind", "skip_prompts", "prompts")
+            # what runs from before these settings existed used
+            before = {"kind": "draft", "skip_prompts": 0, "prompts": "templates"}
             diff = [k for k in keys if old.get(k, before.get(k)) != settings.get(k, before.get(k))]
             # more training prompts extend the data: the prompt list is the same seeded sequence, longer, so the
             # answered shards stay valid (fewer would drop answered data: refused)
