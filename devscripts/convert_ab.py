@@ -31,13 +31,17 @@ print(time.perf_counter() - t)
 """
 
 
-def main() -> None:
+def rev_gguf_args() -> tuple[argparse.Namespace, Path]:
+    """REV [GGUF] [--rounds N] from the command line, and a fresh scratch folder (also devscripts/q4load_ab.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("rev")
     ap.add_argument("gguf", nargs="?", default=str(GGUF))
     ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
+    return ap.parse_args(), Path(tempfile.mkdtemp())
+
+
+def main() -> None:
+    args, tmp = rev_gguf_args()
     old = tmp / "convert_old.py"
     old.write_text(subprocess.run(["git", "show", f"{args.rev}:specdesk/core/models/convert.py"], cwd=ROOT,
                                   capture_output=True, text=True, check=True).stdout)

