@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from specdesk.core.adaptive import AdaptiveK, Lesson
 from specdesk.core.compat import Compatibility, check_tokenizers
