@@ -159,7 +159,7 @@ def held_tensors(model) -> dict:
     return out
 
 
-def same_tensors(a: dict, b: dict) -> list[str]:
+def differing_tensors(a: dict, b: dict) -> list[str]:
     """The names whose tensors differ in dtype, shape or any bit (or that only one side has)."""
     import torch
 

@@ -137,6 +137,10 @@ def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, dist
         list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=32,
                                   init_from=str(first), resume=True, prompts="varied")))
 
+    with pytest.raises(BadSetting, match="unknown prompt set 'chats'"):  # refused before the target loads
+        list(distill(small_config(distill_target, tmp_path / "bogus", prompts="chats")))
+    assert not (tmp_path / "bogus").exists()
+
     # --prompt-set varied: the target answers that set's seeded list, held-out prompts from its held-out subjects
     varied = tmp_path / "varied"
     list(distill(small_config(distill_target, varied, steps=2, train_prompts=16, init_from=str(first),

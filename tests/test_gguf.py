@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROMPTS, held_tensors, make_llama, same_tensors, specdesk_side_by_side
+from conftest import PROMPTS, held_tensors, make_llama, differing_tensors, specdesk_side_by_side
 from ggufwrite import CHAT_TEMPLATE, lmstudio_layout, ollama_layout, write_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(ti
     assert stored <= needed_bytes(header, folder_name()) < needed_bytes(header, "float32")
     again: list[str] = []
     q4_again = load_model(str(path), "q4", device="cpu", progress=again.append)
-    assert again == [] and not same_tensors(held_tensors(q4.model), held_tensors(q4_again.model))
+    assert again == [] and not differing_tensors(held_tensors(q4.model), held_tensors(q4_again.model))
 
     ref = AutoModelForCausalLM.from_pretrained(converted_folder(path, torch.float32), dtype=torch.float32,
                                                local_files_only=True, attn_implementation="sdpa")
@@ -180,7 +180,7 @@ def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(ti
     assert q4.params == params and ("lm_head" in dict(q4.model.named_modules())) and tied == (
         q4.model.config.tie_word_embeddings)
     assert [type(m) for m in q4.model.modules()] == [type(m) for m in ref.modules()]
-    assert not same_tensors(held_tensors(q4.model), held_tensors(ref))
+    assert not differing_tensors(held_tensors(q4.model), held_tensors(ref))
     ids = torch.tensor([[1, 5, 9, 200, 31]])
     assert torch.equal(q4.model(ids).logits, ref(ids).logits)
 

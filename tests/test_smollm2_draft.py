@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import DEMO, held_tensors, same_tensors, specdesk_side_by_side
+from conftest import DEMO, held_tensors, differing_tensors, specdesk_side_by_side
 from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
 
 DRAFT = DEMO / "smollm2-135m-instruct-draft"
@@ -96,7 +96,7 @@ def test_the_q4_target_loads_from_its_codes_as_quantizing_its_float32_form_would
                                                attn_implementation="sdpa")
     int4.quantize_model(ref.eval())
     held = held_tensors(q4.model)
-    assert len(held) == 606 and not same_tensors(held, held_tensors(ref))
+    assert len(held) == 606 and not differing_tensors(held, held_tensors(ref))
     assert q4.params == 134_515_008
     size = {f.name: sum(p.stat().st_size for p in f.iterdir()) for f in (f32, f32.parent / folder_name())}
     assert size[folder_name()] < 0.3 * size["float32"]

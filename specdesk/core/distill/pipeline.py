@@ -126,10 +126,9 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
     if cfg.skip_prompts < 0:
         raise BadSetting("--skip-prompts must be 0 or more")
-    from specdesk.core.distill.prompts import PROMPT_SETS
+    from specdesk.core.distill.prompts import templates_of
 
-    if cfg.prompts not in PROMPT_SETS:
-        raise BadSetting(f"unknown prompt set {cfg.prompts!r}: use {' or '.join(PROMPT_SETS)}")
+    templates_of(cfg.prompts)  # an unknown prompt set is refused here, before the target loads
 
 
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:

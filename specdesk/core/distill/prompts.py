@@ -327,11 +327,11 @@ FREE_PROMPTS = [
 ]
 
 
-PROMPT_SETS = ("templates", "varied")  # "varied": the templates above and the ones below, every kind alike
+PROMPT_SETS = ("templates", "varied")  # "varied": TEMPLATES and VARIED_TEMPLATES together, every kind alike
 
 
-def _set(prompt_set: str) -> tuple[dict, dict]:
-    """(templates by kind, fields) of a prompt set."""
+def templates_of(prompt_set: str) -> tuple[dict, dict]:
+    """(templates by kind, fields) of a prompt set; an unknown name is a BadSetting."""
     if prompt_set == "templates":
         return TEMPLATES, FIELDS
     if prompt_set == "varied":
@@ -346,7 +346,7 @@ def fingerprint(prompt_set: str = "templates") -> str:
     prompts must extend the list it began with)."""
     import hashlib
 
-    templates, fields = _set(prompt_set)
+    templates, fields = templates_of(prompt_set)
     text = repr((sorted(templates.items()), sorted(fields.items()), HELD_OUT_EVERY, SHARED_FIELDS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -361,7 +361,7 @@ def _pool(fields: dict, field: str, held_out: bool) -> list[str]:
 def chat_prompts(n: int, *, held_out: bool = False, seed: int = 0, prompt_set: str = "templates") -> list[str]:
     """``n`` distinct user messages (fewer if the templates run out), training or held-out, reproducibly. Each set
     draws its own sequence ("templates" the same as before "varied" existed)."""
-    templates, fields = _set(prompt_set)
+    templates, fields = templates_of(prompt_set)
     rng = random.Random(seed + (1_000_003 if held_out else 0))
     pools = {f: _pool(fields, f, held_out) for f in fields}
     kinds = sorted(templates)
