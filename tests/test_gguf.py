@@ -185,6 +185,39 @@ def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(ti
     assert torch.equal(q4.model(ids).logits, ref(ids).logits)
 
 
+def test_a_q4_conversion_removes_the_forms_it_supersedes(gguf_dir, tiny_target):
+    """Before q4 was stored as q4, a q4 load kept a float32 conversion of the file (4-8x it: ~32 GB for an 8B
+    Q4_K_M), and a new q4 layout would leave the old one behind: the first q4 conversion removes both and says how
+    much it freed; the other kernel's current form and other dtypes' conversions stay, and a float32 conversion made
+    after it (a load with --target-quant none) is not removed by later q4 loads."""
+    import torch
+
+    from specdesk.core.loading import load_model
+    from specdesk.core.models import q4store
+    from specdesk.core.models.convert import converted_folder, entry_dir
+    from specdesk.core.models.ggufheader import read_gguf_header
+
+    path = write_gguf(tiny_target, gguf_dir / "superseded.gguf", "Q4_1")
+    root = entry_dir(read_gguf_header(path))
+    version = torch.__version__.split("+")[0]
+    old = ["float32", f"q4-own-{q4store.LAYOUT - 1}", f"q4-torch-0.1.0-{q4store.LAYOUT}"]
+    kept = ["bfloat16", f"q4-own-{q4store.LAYOUT}", f"q4-torch-{version}-{q4store.LAYOUT}"]
+    kept.remove(q4store.folder_name())  # this machine's form is the one the load writes
+    for name in old + kept:
+        (root / name).mkdir(parents=True)
+        (root / name / "model.safetensors").write_bytes(b"\0" * 3 * 2**20)
+    said: list[str] = []
+    load_model(str(path), "q4", device="cpu", progress=said.append)
+    assert [name for name in old if (root / name).exists()] == []
+    assert all((root / name / "model.safetensors").exists() for name in kept)
+    freed = [m for m in said if m.startswith("removed the ")]
+    assert len(freed) == 3 and all("superseded.gguf" in m and "3.0 MiB freed" in m for m in freed), said
+    wide = converted_folder(path, torch.float32)  # a later --target-quant none load
+    again: list[str] = []
+    load_model(str(path), "q4", device="cpu", progress=again.append)
+    assert (wide / "config.json").exists() and again == []
+
+
 def test_a_conversion_parses_the_file_once_and_leaves_gguf_as_it_was(gguf_dir, tiny_target, monkeypatch):
     """transformers parses the metadata in each call and builds gguf's tensor-name table per module: within one
     conversion each happens once (SmolLM2: 26 -> 12.5 s), and gguf's own functions are back afterwards, a failed

@@ -298,6 +298,8 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("converted %s to %s in %.1f s", path, final, time.perf_counter() - t0)
     _remove_stale(root)
+    if torch_dtype == Q4:
+        _remove_superseded(root, dname, path.name, say)
     return final
 
 
@@ -461,6 +463,35 @@ def _remove_stale(root: Path) -> None:
                 log.info("removed %s: converted from an earlier version of %s", other, source)
         except (OSError, ValueError, KeyError):
             continue
+
+
+def _superseded(root: Path, q4_name: str) -> list[Path]:
+    """What a q4 conversion of this file makes useless in its cache folder: q4 forms of another layout (an older
+    q4store.LAYOUT, or torch's int4 packing of another torch version; the other kind's current form stays, for a
+    machine where the other kernel runs), and the float32 conversion that specdesk made for q4 loads before q4 was
+    stored as q4 (4-8x the file: ~32 GB for an 8B Q4_K_M), which nothing but ``--target-quant none`` reads now."""
+    import torch
+
+    from specdesk.core.models import q4store
+
+    current = {q4_name, f"q4-own-{q4store.LAYOUT}", f"q4-torch-{torch.__version__.split('+')[0]}-{q4store.LAYOUT}"}
+    out = []
+    for p in sorted(root.iterdir()):
+        if p.is_dir() and (p.name == "float32" or (p.name.startswith("q4-") and p.name not in current)):
+            out.append(p)
+    return out
+
+
+def _remove_superseded(root: Path, q4_name: str, file_name: str, say: Progress) -> None:
+    """Remove :func:`_superseded`'s folders when a q4 form is first written (a float32 folder made later, by a load
+    with ``--target-quant none``, stays until the next q4 conversion of the file), saying what was freed."""
+    for p in _superseded(root, q4_name):
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        shutil.rmtree(p, ignore_errors=True)
+        if not p.exists():
+            say(f"removed the {p.name} conversion of {file_name} from the cache: q4 loads no longer read it "
+                f"({_gib(size)} freed)")
+            log.info("removed %s (%d bytes): superseded by %s", p, size, q4_name)
 
 
 def cached_tokenizer_folder(path: Path) -> Path | None:
