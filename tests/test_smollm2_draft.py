@@ -32,6 +32,10 @@ def test_offered_first_and_greedy_output_is_the_targets(smollm2_gguf):  # noqa: 
     spec = specdesk.load(str(smollm2_gguf), device="cpu", progress=said.append)  # no draft: the API finds its own
     assert spec.draft.path == DRAFT and spec.drafter == "model+lookup"
     assert "drafting with smollm2-135m-instruct-draft, distilled for this model" in said
+    assert spec.describe()["draft"]["distilled_for_target"]  # the app's load notice says so
+    from specdesk.core.discovery import distilled_for
+
+    assert not distilled_for(DEMO / "demo-draft", smollm2_gguf) and not distilled_for(DRAFT, DEMO / "demo-target")
     assert spec.draft.model.get_input_embeddings().weight is spec.target.model.get_input_embeddings().weight
     assert spec.draft.weight_bytes < 0.15 * spec.target.weight_bytes
     ids, _ = spec.prompt_ids("Explain what a hash table is in two sentences.")

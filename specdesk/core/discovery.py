@@ -321,6 +321,18 @@ def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bo
     return False, ""
 
 
+def distilled_for(draft: str | Path, target: str | Path) -> bool:
+    """Whether ``draft`` is a draft distilled for exactly ``target``: its config names the target file's sha256 (the
+    hash cached as :func:`own_draft` keeps it). False for any other draft, without hashing the target."""
+    try:
+        cfg = read_config(Path(draft))
+    except SpecdeskError:
+        return False
+    sd = cfg.get("specdesk") if isinstance(cfg.get("specdesk"), dict) else {}
+    want = (sd.get("target") or {}).get("sha256") if isinstance(sd.get("target"), dict) else None
+    return bool(want) and want == _target_sha256(Path(target))
+
+
 def own_draft(target: str) -> str | None:
     """The bundled draft distilled for exactly ``target`` (its card names the target file's sha256), or None: what
     `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: its vocabulary

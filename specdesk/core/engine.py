@@ -256,7 +256,12 @@ class Engine:
 
     def describe(self) -> dict:
         """Models, quantization and device, for session logs and status bars."""
-        return {"target": self.target.describe(), "draft": self.draft.describe() if self.draft else None,
+        draft = None
+        if self.draft is not None:
+            from specdesk.core.discovery import distilled_for
+
+            draft = {**self.draft.describe(), "distilled_for_target": distilled_for(self.draft.path, self.target.path)}
+        return {"target": self.target.describe(), "draft": draft,
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
                 "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None,

@@ -348,7 +348,9 @@ class MainWindow(QMainWindow):
         self.new_chat()
         if self._welcome:
             self.show_welcome()
-        self.chat.add_notice(f"Loaded {info.pair_label} on {info.device}: {mode}.")
+        own = " The draft was distilled for this model." if (info.description.get("draft") or {}).get(
+            "distilled_for_target") else ""
+        self.chat.add_notice(f"Loaded {info.pair_label} on {info.device}: {mode}.{own}")
         self._set_state("idle")
         self._save_settings()
         self.engine_ready.emit(info)
