@@ -125,7 +125,7 @@ def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, dist
     from specdesk.core.loading import load_model
 
     tok = load_model(str(distill_target), device="cpu").tokenizer
-    seeded = [tuple(chat_ids(tok, m)) for m in chat_prompts(48)]
+    seeded = [tuple(chat_ids(tok, m)) for m in chat_prompts(48, prompt_set="varied")]  # the default set's
     assert {tuple(p) for p in answered} == set(seeded[32:])  # the 16 after the first 32, none of those
     assert after["init_from"] == first.name and after["skip_prompts"] == 32
     assert after["previous"]["steps"] == before["steps"] and "curve" not in after["previous"]
@@ -135,24 +135,30 @@ def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, dist
                                   init_from=str(first), resume=True)))
     with pytest.raises(BadSetting, match="prompts"):  # and its prompt set
         list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=32,
-                                  init_from=str(first), resume=True, prompts="varied")))
+                                  init_from=str(first), resume=True, prompts="templates")))
 
     with pytest.raises(BadSetting, match="unknown prompt set 'chats'"):  # refused before the target loads
         list(distill(small_config(distill_target, tmp_path / "bogus", prompts="chats")))
     assert not (tmp_path / "bogus").exists()
 
-    # --prompt-set varied: the target answers that set's seeded list, held-out prompts from its held-out subjects
-    varied = tmp_path / "varied"
-    list(distill(small_config(distill_target, varied, steps=2, train_prompts=16, init_from=str(first),
-                              prompts="varied")))
-    work = WorkDir(varied)
+    # the default set is varied: the target answers its seeded list, held-out prompts from its held-out subjects
+    assert json.loads((first / "distill.json").read_text())["prompt_set"] == "varied"
+    assert 'the prompt set "varied"' in (first / "README.md").read_text()
+    first_work = WorkDir(first)
+    assert [tuple(s.prompt) for s in first_work.load_shard("held-out")] == [
+        tuple(chat_ids(tok, m)) for m in chat_prompts(16, held_out=True, prompt_set="varied")]
+    # --prompt-set templates: that set's seeded list; resumed with no set named, a run goes on with the one it began
+    # with (a templates run made before varied became the default is resumed, not refused)
+    templates = tmp_path / "templates"
+    list(distill(small_config(distill_target, templates, steps=2, train_prompts=16, init_from=str(first),
+                              prompts="templates")))
+    list(distill(small_config(distill_target, templates, steps=3, train_prompts=24, init_from=str(first),
+                              resume=True)))
+    work = WorkDir(templates)
     answered = [tuple(s.prompt) for name in work.train_shards() for s in work.load_shard(name)]
-    held = [tuple(s.prompt) for s in work.load_shard("held-out")]
-    want = [tuple(chat_ids(tok, m)) for m in chat_prompts(16, prompt_set="varied")]
-    assert answered == want and want != seeded[:16]
-    assert 'the prompt set "varied"' in (varied / "README.md").read_text()
-    assert json.loads((varied / "distill.json").read_text())["prompt_set"] == "varied"
-    assert held == [tuple(chat_ids(tok, m)) for m in chat_prompts(16, held_out=True, prompt_set="varied")]
+    want = [tuple(chat_ids(tok, m)) for m in chat_prompts(24, prompt_set="templates")]
+    assert answered == want and want[:16] != seeded[:16]
+    assert json.loads((templates / "distill.json").read_text())["prompt_set"] == "templates"
     from specdesk.core.distill.prompts import fingerprint
 
     assert fingerprint() == "024aa286d7c2eb4b" != fingerprint("varied")  # the templates' list is the one it was

@@ -39,9 +39,10 @@ def add_parser(sub) -> None:
                    help="leave out the first N training prompts of the seeded list (those the --init-from draft "
                         "was trained on: its distill.json says how many), so the target answers new ones")
     p.add_argument("--prompt-set", choices=("templates", "varied"), default=None,
-                   help="the prompts the target answers: templates (explain, code, rewrite, list, questions; the "
-                        "default) or varied (those and 14 more kinds: advice, comparisons, short writing, fixes, "
-                        "recommendations, sums, plans, definitions, commands, ...)")
+                   help="the prompts the target answers: varied (the default; resuming, the set the run began with): "
+                        "the templates and 14 more kinds of request (advice, comparisons, short writing, fixes, "
+                        "recommendations, sums, plans, definitions, commands, ...), or templates alone (explain, "
+                        "code, rewrite, list, questions)")
     p.add_argument("--head-vocab", type=int, default=None,
                    help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
     p.add_argument("--standalone", metavar="DRAFT", default=None,
@@ -73,21 +74,20 @@ def _eta(seconds: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specdesk.core.distill.pipeline import DistillConfig, distill
+    from specdesk.core.distill.pipeline import DistillConfig, distill, prompt_set_for
 
     if args.standalone:
         return _standalone(args)
     cfg = DistillConfig(target=args.target, out=Path(args.out), minutes=args.minutes, steps=args.steps,
-                        device=args.device, resume=args.resume,
-                        command=rebuild_command(args))
+                        device=args.device, resume=args.resume, prompts=args.prompt_set)
+    args.prompt_set = cfg.prompts = prompt_set_for(cfg)  # named in the card's command: a rebuild answers the same set
+    cfg.command = rebuild_command(args)
     if args.prompts is not None:
         cfg.train_prompts = args.prompts
     if args.kind is not None:
         cfg.kind = args.kind
     if args.skip_prompts is not None:
         cfg.skip_prompts = args.skip_prompts
-    if args.prompt_set is not None:
-        cfg.prompts = args.prompt_set
     if args.init_from is not None:
         cfg.init_from = str(Path(args.init_from).expanduser())
         init_cfg = Path(cfg.init_from) / "config.json"

@@ -143,17 +143,18 @@ class DistillDialog(QDialog):
         self.cancel_button.setEnabled(self.running)
 
     def start(self, resume: bool) -> None:
-        from specdesk.core.distill.pipeline import DistillConfig
+        from specdesk.core.distill.pipeline import DistillConfig, prompt_set_for
 
         if self.running:
             return
         cfg = DistillConfig(target=self.target, out=Path(self.out_edit.text()).expanduser(), resume=resume,
-                            minutes=self.minutes.value(), kind=self.kind.currentData(),
-                            command=f"specdesk distill --target {self.target} --out {self.out_edit.text()} "
-                            f"--kind {self.kind.currentData()} --minutes {self.minutes.value():g}"
-                            + (" --resume" if resume else ""))
+                            minutes=self.minutes.value(), kind=self.kind.currentData())
         for key, value in self.overrides.items():
             setattr(cfg, key, value)
+        cfg.prompts = prompt_set_for(cfg)  # a resumed run answers the set it began with
+        cfg.command = (f"specdesk distill --target {self.target} --out {self.out_edit.text()} "
+                       f"--kind {self.kind.currentData()} --minutes {self.minutes.value():g} --prompt-set {cfg.prompts}"
+                       + (" --resume" if resume else ""))
         self.error = None
         self.worker = DistillWorker(cfg)
         self._thread = QThread(self)

@@ -24,7 +24,7 @@ def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path
     temps = Counter(s.temperature for s in trainer.train)
     sampled = ", ".join(f"{n} at temperature {t:g}" for t, n in sorted(temps.items()) if t > 0) or "none sampled"
     init_from = getattr(cfg, "init_from", None)
-    prompt_set = getattr(cfg, "prompts", "templates")
+    prompt_set = getattr(cfg, "prompts", None) or "templates"
     previous = _previous(init_from)
     start = "initialised from the target's first layers"
     if init_from:

@@ -15,6 +15,7 @@ Cancellation is a ``threading.Event`` checked between batches and steps (a check
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 import zlib
@@ -36,7 +37,9 @@ class DistillConfig:
     seed: int = 0
     train_prompts: int = 640
     skip_prompts: int = 0  # leave out the first N of the seeded prompt list (those an --init-from draft learned)
-    prompts: str = "templates"  # the prompt set (distill.prompts.PROMPT_SETS): "varied" adds 14 kinds of request
+    # the prompt set (distill.prompts.PROMPT_SETS): "varied" is the templates and 14 more kinds of request; None: varied,
+    # or for a resumed run the set it began with (see prompt_set_for)
+    prompts: str | None = None
     held_out_prompts: int = 64
     max_new_tokens: int = 128
     answer_batch: int = 64  # prompts a batch (and a data shard)
@@ -131,6 +134,25 @@ def _budget(cfg: DistillConfig) -> None:
     templates_of(cfg.prompts)  # an unknown prompt set is refused here, before the target loads
 
 
+DEFAULT_PROMPT_SET = "varied"
+
+
+def prompt_set_for(cfg: DistillConfig) -> str:
+    """The prompt set a run answers: the one asked for; else, resuming a run, the one it began with (runs from before
+    the sets existed used "templates"); else :data:`DEFAULT_PROMPT_SET`. Trained on the varied set, SmolLM2's draft
+    agreed with its target on 0.466 of the tokens of replies to 24 hand-written prompts against 0.418 from the templates
+    alone (and 0.557 against 0.549 on held-out template prompts): what users type is not what templates write."""
+    if cfg.prompts is not None:
+        return cfg.prompts
+    settings = Path(cfg.out) / ".distill" / "settings.json"
+    if cfg.resume and settings.exists():
+        try:
+            return json.loads(settings.read_text()).get("prompts", "templates")
+        except (OSError, ValueError):
+            pass  # WorkDir.start reports a broken run folder
+    return DEFAULT_PROMPT_SET
+
+
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
     import torch
 
@@ -139,6 +161,7 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     from specdesk.core.distill.workdir import WorkDir
     from specdesk.core.loading import load_model, resolve, resolve_device
 
+    cfg.prompts = prompt_set_for(cfg)
     _budget(cfg)
     cancel = cancel or threading.Event()
     device = resolve_device(cfg.device)
