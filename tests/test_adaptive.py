@@ -53,51 +53,35 @@ def test_useless_draft_falls_back_to_plain_and_probes_rarely():
     assert tokens / seconds > 0.97 * plain_rate
 
 
-def _dear_probe_replies(ctl: AdaptiveK, replies: int, steps: int = 96) -> tuple[list[int], float, float]:
-    """Replies at acceptance 0.05 where drafting after plain steps is dear, as q4 SmolLM2's draft on a 2-core Xeon: the
-    draft first reads the tokens it missed (0.1 ms each), and the 4 plain passes after a drafted step run 0.5 ms slow
-    (3 ms plain). Returns (k per step, seconds, seconds at plain decoding for the same tokens)."""
+def test_a_controller_whose_first_drafts_failed_by_chance_drafts_again():
+    """Probes are how a controller that stopped drafting learns again: three failed first drafts put its estimate of
+    the draft's acceptance at 0.08 where the draft's is 0.45 (k=1 1.12x of plain here, a probe's catch-up and the slow
+    passes after it as q4 SmolLM2's on a 2-core Xeon). Probes every 32-256 plain steps of a reply bring it back to
+    drafting within a few replies; spaced by their measured cost (~2.5 plain steps each: one every ~130 plain steps,
+    tried in the twenty-first sitting) they never came within a 96-token reply, and every later reply stayed plain."""
     rng = random.Random(5)
-    ks, seconds, tokens, since, last_draft = [], 0.0, 0, 99, 0
-    for r in range(replies):
+    ctl = AdaptiveK()
+    ctl.reset_acceptance()
+    for _ in range(3):
+        k = ctl.choose(100)
+        ctl.observe(k, k, 0, 0.0004 * k, 0.003 + 0.0005 * k, 100)
+    drafted, since, last = [], 99, 0
+    for r in range(20):
         ctl.reset_acceptance()
-        for step in range(steps):
-            at = r * steps + step
+        n_drafted = 0
+        for step in range(96):
+            at = r * 96 + step
             k = ctl.choose(100 + step)
             n = 0
-            while n < k and rng.random() < 0.05:
+            while n < k and rng.random() < 0.45:
                 n += 1
-            setup = 0.0001 * (at - last_draft) if k else 0.0
-            draft_s = setup + 0.0004 * k
-            verify_s = (0.003 + 0.0005 * k) + (0.0005 if k == 0 and since < 4 else 0.0)
-            ctl.observe(k, k, n, draft_s, verify_s, 100 + step, setup_s=setup)
-            since = 0 if k else since + 1
-            last_draft = at if k else last_draft
-            ks.append(k)
-            seconds += draft_s + verify_s
-            tokens += n + 1
-    return ks, seconds, tokens * 0.003
-
-
-def test_dear_probes_come_seldom():
-    """A probe costs its catch-up and the slow passes after it: ~2.5 plain steps for q4 SmolLM2 with its draft on a
-    2-core Xeon, where every 32 plain steps of a reply it cost k=auto ~2% against plain decoding. Probes are spaced so
-    that they cost at most PROBE_BUDGET of plain decoding's time; where a probe costs about a plain step (the other
-    tests' simulations) they still come about every probe_min plain steps."""
-    class Every32(AdaptiveK):
-        PROBE_BUDGET = float("inf")
-
-    before, now = Every32(), AdaptiveK()
-    ks_before, _, _ = _dear_probe_replies(before, 12)
-    ks_now, seconds, plain = _dear_probe_replies(now, 12)
-    late_before, late_now = ks_before[4 * 96:], ks_now[4 * 96:]  # after the first replies taught it
-    assert sum(k > 0 for k in late_before) >= 8  # a probe or two a reply
-    assert sum(k > 0 for k in late_now) <= 4
-    assert now.probe_floor() >= 2 * now.probe_min
-    assert seconds < 1.03 * plain
-    cheap = AdaptiveK()
-    simulate(cheap, alpha=0.05, c_draft=0.004, v0=0.02, v1=0.002, steps=600)
-    assert cheap.probe_cost.mean is not None and cheap.probe_floor() < 1.25 * cheap.probe_min  # ~half a plain step
+            setup = 0.0001 * (at - last) if k else 0.0
+            verify = 0.003 + 0.0005 * k + (0.0005 if k == 0 and since < 4 else 0.0)
+            ctl.observe(k, k, n, setup + 0.0004 * k, verify, 100 + step, setup_s=setup)
+            since, last = (0, at) if k else (since + 1, last)
+            n_drafted += k > 0
+        drafted.append(n_drafted)
+    assert sum(drafted[-8:]) >= 8 * 48, drafted  # drafting on most steps again
 
 
 def test_rate_tracks_the_best_fixed_k_within_5_percent():

@@ -144,9 +144,6 @@ class AdaptiveK:
     PLAIN_SETTLE = 4
     # how fast the machine's speed factor follows what the steps measure (per learnt step: ~6 steps' memory)
     SPEED_RATE = 0.15
-    # Probes may cost about this share of plain decoding's time: a probe's interval is at least its measured cost
-    # over this many plain steps' (see probe_floor)
-    PROBE_BUDGET = 0.015
     # a new reply starts from the draft's acceptance over many replies, worth this many judged steps (see
     # reset_acceptance), and its own steps take over from there
     NEW_REPLY_TRIALS = 4.0
@@ -166,13 +163,6 @@ class AdaptiveK:
         # a few passes (q4 SmolLM2: probing every 16-128 steps cost k=auto ~3% against plain; every 32-256 ~1-2%)
         self.probe_min, self.probe_max = probe_every, probe_max
         self.probe_every = probe_every
-        # What a probe costs beyond the plain steps it stands in for, in seconds: its own step (a catch-up over the
-        # tokens the draft missed, a pass over probe_k + 1 positions) less its tokens at a plain step's cost, and
-        # the plain steps after it that run slow while the target's weights come back into the CPU's cache
-        self.probe_cost = _Decayed(8.0)
-        self._probing = False  # this step is a probe
-        self._probe_extra: float | None = None  # the last probe's cost so far, while its settling steps run
-        self._probe_left = 0  # settling steps still to count
         self.half_life = half_life
         # per-position acceptance, decayed successes / judged, kept apart by the previous step's outcome:
         # state 1 after a step that kept every draft token (an easy stretch tends to go on), else state 0
@@ -467,11 +457,10 @@ class AdaptiveK:
             k = self.best_k() if replan else 0
             if k == 0:
                 self.plain_streak += 1
-                if self.plain_streak >= self.probe_every and self.plain_streak >= self.probe_floor():
+                if self.plain_streak >= self.probe_every:
                     self.plain_streak = 0
                     self.probe_every = min(self.probe_max, self.probe_every * 2)
                     k = self.probe_k
-                    self._probing = True
             else:
                 self.speculating = True
                 self.plain_streak = 0
@@ -487,47 +476,10 @@ class AdaptiveK:
         given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
         if other_s > 0:
             self.other.add(other_s)
-        self._count_probe(drafted, accepted or 0, verify_s)
         self._learn(self.verify[min(drafted + 1, len(self.verify) - 1)], context_len, verify_s)
         self._since_draft += 1  # a lookup step: the draft model did not run
         if accepted is not None:
             self._judge(self.lookup_acc, drafted, accepted)
-
-    def probe_floor(self) -> int:
-        """The fewest plain steps between probes: a probe's measured cost (``probe_cost``) over PROBE_BUDGET of a
-        plain step's, within probe_min .. probe_max. A probe cost about one plain step in the tests' simulations
-        (interval probe_min, as before), but ~2.5 plain steps' time for q4 SmolLM2 with its draft on a 2-core Xeon
-        (the draft read the ~30 tokens it missed, 3.4-5.6 ms, then the target ran ~0.3 ms slower for several passes)
-        and none of 16 probes in replies to hand-written prompts kept a token: probing every 32 plain steps cost
-        k=auto ~2% against plain decoding there."""
-        cost = self.probe_cost.mean
-        plain = self.verify_cost(1)
-        if not cost or not plain:
-            return self.probe_min
-        plain += self.step_overhead
-        return int(min(self.probe_max, max(self.probe_min, cost / (self.PROBE_BUDGET * plain))))
-
-    def _count_probe(self, drafted: int, accepted: int, seconds: float) -> None:
-        """A probe's cost (see ``probe_cost``): its step's seconds less its tokens at a plain step's, then each of the
-        PLAIN_SETTLE plain steps after it less a plain step; a drafted step after it ends the count (speculation
-        resumed: what follows is drafting's)."""
-        plain = self.verify_cost(1)
-        if plain is None:
-            self._probing, self._probe_extra = False, None
-            return
-        if self._probing:  # its tokens but the first would each have cost a plain step and the loop's own work
-            self._probing = False
-            self._probe_extra = seconds - (accepted + 1) * plain - accepted * self.step_overhead
-            self._probe_left = self.PLAIN_SETTLE
-            return
-        if self._probe_extra is None:
-            return
-        if drafted == 0:
-            self._probe_extra += seconds - plain
-            self._probe_left -= 1
-        if drafted > 0 or self._probe_left <= 0:
-            self.probe_cost.add(max(0.0, self._probe_extra))
-            self._probe_extra = None
 
     def _judge(self, table: list[_Decayed], drafted: int, accepted: int) -> None:
         """Per-position acceptance: positions 1..accepted passed, the next one failed (if drafted)."""
@@ -563,7 +515,6 @@ class AdaptiveK:
         loop's own seconds between the last pass and this step's draft (0: not measured)."""
         if other_s > 0:
             self.other.add(other_s)
-        self._count_probe(drafted, accepted, draft_s + verify_s)
         m = min(drafted + 1, len(self.verify) - 1)
         # A step whose draft first caught up (the prompt, or a stretch decoded plainly) costs what drafting costs
         # only once, when it resumes: q4 SmolLM2's draft read 2.4 ms a drafted token in such steps against 0.43 in
