@@ -149,6 +149,9 @@ class AdaptiveK:
     NEW_REPLY_TRIALS = 4.0
     # judged steps' memory of that acceptance over many replies, in half-lives of the per-reply one
     LONG_RUN = 16
+    # that acceptance over many replies starts from prior_acceptance, worth this many judged steps in each state (see
+    # _long_tables); real steps outweigh it within a few replies and it fades with them
+    LONG_PRIOR_TRIALS = 4.0
 
     def __init__(self, k_max: int = 12, k_init: int = 4, prior_acceptance: float = 0.7,
                  half_life: float = 16.0, probe_k: int = 2, probe_every: int = 32, probe_max: int = 256,
@@ -168,7 +171,7 @@ class AdaptiveK:
         # state 1 after a step that kept every draft token (an easy stretch tends to go on), else state 0
         self.acc_by_state = self._acc_tables(half_life)
         # the same, forgotten slowly: the draft's acceptance over many replies, what a new reply starts from
-        self.acc_long = self._acc_tables(half_life * self.LONG_RUN)
+        self.acc_long = self._long_tables()
         self.state = 0
         # costs belong to the machine and the models (so they are forgotten slowly), and grow with the context
         self.draft = _DecayedLine(half_life * 4, self.COST_SPREAD)  # seconds per drafted token
@@ -208,6 +211,16 @@ class AdaptiveK:
         self._since_draft = self.PLAIN_SETTLE  # steps since the draft model last ran
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
+
+    def _long_tables(self) -> list[list[_Decayed]]:
+        """The acceptance over many replies, before any step: LONG_PRIOR_TRIALS pseudo-steps at prior_acceptance at the
+        first position in each state. Without them a new controller's first few drafted steps were all it knew: three
+        that failed by chance (the draft's acceptance 0.45) put it at 0.08 on q4 SmolLM2, every reply started plain,
+        and only probes (one or two judged positions a reply) brought it back, after ~6 replies in a simulation."""
+        tables = self._acc_tables(self.half_life * self.LONG_RUN)
+        for table in tables:
+            table[1].add(self.LONG_PRIOR_TRIALS * self.prior_acceptance, self.LONG_PRIOR_TRIALS)
+        return tables
 
     def _acc_tables(self, half_life: float) -> list[list[_Decayed]]:
         """Per-position acceptance tables (positions 0 .. k_max), one per state."""
@@ -569,7 +582,7 @@ class AdaptiveK:
             a.w *= keep
             a.s *= keep
         if keep <= 0:
-            self.acc_long = self._acc_tables(self.half_life * self.LONG_RUN)
+            self.acc_long = self._long_tables()
         for table, long in zip(self.acc_by_state, self.acc_long):
             for a, b in zip(table, long):
                 f = min(1.0, self.NEW_REPLY_TRIALS / b.w) if b.w > 1e-9 else 0.0
