@@ -470,11 +470,9 @@ def _superseded(root: Path, q4_name: str) -> list[Path]:
     q4store.LAYOUT, or torch's int4 packing of another torch version; the other kind's current form stays, for a
     machine where the other kernel runs), and the float32 conversion that specdesk made for q4 loads before q4 was
     stored as q4 (4-8x the file: ~32 GB for an 8B Q4_K_M), which nothing but ``--target-quant none`` reads now."""
-    import torch
-
     from specdesk.core.models import q4store
 
-    current = {q4_name, f"q4-own-{q4store.LAYOUT}", f"q4-torch-{torch.__version__.split('+')[0]}-{q4store.LAYOUT}"}
+    current = {q4_name, *q4store.folder_names()}
     out = []
     for p in sorted(root.iterdir()):
         if p.is_dir() and (p.name == "float32" or (p.name.startswith("q4-") and p.name not in current)):

@@ -22,16 +22,20 @@ LAYOUT = 1  # the stored form's version: a change makes a new folder, not a misr
 Encoder = Callable[[str, object], list]  # (name, float32 tensor) -> [(stored name, tensor), ...]
 
 
-def folder_name() -> str:
-    """The cache folder of this machine's q4 form: specdesk's own kernel's layout, or torch's int4 kernel's (whose
+def folder_names() -> tuple[str, str]:
+    """The cache folders of the current q4 forms: specdesk's own kernel's layout, and torch's int4 kernel's (whose
     packing belongs to the torch version)."""
-    from specdesk.core import int4
-
-    if int4.native():
-        return f"q4-own-{LAYOUT}"
     import torch
 
-    return f"q4-torch-{torch.__version__.split('+')[0]}-{LAYOUT}"
+    return f"q4-own-{LAYOUT}", f"q4-torch-{torch.__version__.split('+')[0]}-{LAYOUT}"
+
+
+def folder_name() -> str:
+    """The cache folder of this machine's q4 form (:func:`folder_names`: its own kernel's where that runs)."""
+    from specdesk.core import int4
+
+    own, torch_form = folder_names()
+    return own if int4.native() else torch_form
 
 
 def encoder(model) -> Encoder:
