@@ -358,6 +358,23 @@ def _pool(fields: dict, field: str, held_out: bool) -> list[str]:
     return [s for i, s in enumerate(items) if (i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1) == held_out]
 
 
+def all_prompts(prompt_set: str = "templates", *, held_out: bool = False) -> set[str]:
+    """Every distinct message a prompt set can write (training or held-out): each template filled with every
+    combination of the subjects its fields draw from. What :func:`chat_prompts` draws from, enumerated whole."""
+    import itertools
+    import string
+
+    templates, fields = templates_of(prompt_set)
+    pools = {f: _pool(fields, f, held_out) for f in fields}
+    out: set[str] = set()
+    for texts in templates.values():
+        for text in texts:
+            used = sorted({name for _, name, _, _ in string.Formatter().parse(text) if name})
+            for values in itertools.product(*(pools[f] for f in used)):
+                out.add(text.format(**dict(zip(used, values))))
+    return out
+
+
 def chat_prompts(n: int, *, held_out: bool = False, seed: int = 0, prompt_set: str = "templates") -> list[str]:
     """``n`` distinct user messages (fewer if the templates run out), training or held-out, reproducibly. Each set
     draws its own sequence ("templates" the same as before "varied" existed)."""
