@@ -324,12 +324,9 @@ def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bo
 def distilled_for(draft: str | Path, target: str | Path) -> bool:
     """Whether ``draft`` is a draft distilled for exactly ``target``: its config names the target file's sha256 (the
     hash cached as :func:`own_draft` keeps it). False for any other draft, without hashing the target."""
-    try:
-        cfg = read_config(Path(draft))
-    except SpecdeskError:
-        return False
-    sd = cfg.get("specdesk") if isinstance(cfg.get("specdesk"), dict) else {}
-    want = (sd.get("target") or {}).get("sha256") if isinstance(sd.get("target"), dict) else None
+    from specdesk.core.distill.draft import borrow_info
+
+    want = ((borrow_info(Path(draft)) or {}).get("target") or {}).get("sha256")
     return bool(want) and want == _target_sha256(Path(target))
 
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -254,13 +255,19 @@ class Engine:
         return GenerationResult(token_ids=list(done.token_ids), text=done.text, stats=done.stats,
                                 stop_reason=done.stop_reason, seed=done.seed, steps=steps)
 
+    @functools.cached_property
+    def draft_distilled_for_target(self) -> bool:
+        """Whether the draft was distilled for exactly this target (discovery.distilled_for): read once, as describe()
+        runs for every session log and every /v1/models request, and its first call may hash the target file."""
+        from specdesk.core.discovery import distilled_for
+
+        return self.draft is not None and distilled_for(self.draft.path, self.target.path)
+
     def describe(self) -> dict:
         """Models, quantization and device, for session logs and status bars."""
         draft = None
         if self.draft is not None:
-            from specdesk.core.discovery import distilled_for
-
-            draft = {**self.draft.describe(), "distilled_for_target": distilled_for(self.draft.path, self.target.path)}
+            draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target}
         return {"target": self.target.describe(), "draft": draft,
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
