@@ -60,8 +60,14 @@ def test_distill_writes_a_small_borrowing_folder_with_its_card(distilled, distil
     assert (out / "tokenizer.json").exists()
     card = (out / "README.md").read_text()
     assert sd["target"]["sha256"] in card and "12 steps" in card and "Agreement" in card
-    curve = json.loads((out / "distill.json").read_text())["curve"]
+    made = json.loads((out / "distill.json").read_text())
+    curve = made["curve"]
     assert curve[0][0] == 0 and curve[-1][0] == 12  # the learning curve starts before training
+    from specdesk.core import phrases  # the table of the target's phrases, counted in the same training replies
+
+    table = phrases.find(out)
+    assert table.info["replies"] == made["train_replies"] and table.info["tokens"] == made["train_tokens"]
+    assert f"`{phrases.FILE}`" in card and f"{made['train_replies']:,} training replies" in card
 
 
 def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):
@@ -130,6 +136,9 @@ def test_a_draft_goes_on_from_a_distilled_draft_with_new_prompts(distilled, dist
     assert after["init_from"] == first.name and after["skip_prompts"] == 32
     assert after["previous"]["steps"] == before["steps"] and "curve" not in after["previous"]
     assert f"initialised from the draft in `{first.name}`" in (out / "README.md").read_text()
+    from specdesk.core import phrases  # its phrase table counts both runs' replies
+
+    assert phrases.find(out).info["replies"] == after["train_replies"] + before["train_replies"] == 16 + 32
     with pytest.raises(BadSetting, match="skip_prompts"):  # a resume must keep the prompt list
         list(distill(small_config(distill_target, out, steps=8, train_prompts=16, skip_prompts=0,
                                   init_from=str(first), resume=True)))
@@ -188,7 +197,9 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
             got = spec.generate(prompt, max_new_tokens=40, k=k, tree=tree)             # mapped to token ids too
             assert got.token_ids == want, (prompt, k, tree)
             drafted += got.stats.drafted
+        assert spec.generate(prompt, max_new_tokens=40, k="auto", drafter="phrases").token_ids == want
     assert drafted > 0
+    assert spec.describe()["draft"]["phrases"]["contexts"] == len(spec.phrases) and "phrases" in spec.available_drafters()
 
 
 def test_a_draft_whose_tokenizer_files_differ_reads_its_own(distilled, distill_target, tmp_path):

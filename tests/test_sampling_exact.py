@@ -106,6 +106,30 @@ def test_first_k_plus_1_tokens_follow_the_target(tiny_vocab_pair, cfg, drafter, 
     assert p > 1e-3, (p, counts)
 
 
+def test_proposals_from_the_targets_phrases_keep_its_law(tiny_vocab_pair):
+    """Drafter "phrases": a table's continuation (point masses, as prompt lookup's) where the prompt repeats nothing."""
+    from specdesk.core import phrases
+
+    engine = tiny_vocab_pair
+    prompt = [1, 2, 3, 4]
+    engine.phrases = phrases.build([(prompt, [5, 6, 7, 0, 1])], min_count=1, min_share=0.0)
+    try:
+        cfg, k, n = SamplingConfig(temperature=1.0, top_k=3), 3, 1200
+        law = exact_law(engine, prompt, cfg, k + 1)
+        counts: dict = {}
+        drafted = 0
+        for seed in range(n):
+            r = engine.generate(prompt, max_new_tokens=k + 1, temperature=1.0, top_k=3, seed=seed, k=k,
+                                drafter="phrases")
+            counts[tuple(r.token_ids)] = counts.get(tuple(r.token_ids), 0) + 1
+            drafted += r.steps[0].drafted == k
+    finally:
+        engine.phrases = None
+    assert drafted == n  # the table proposed 5 6 7 every time
+    p = chi_square_p(law, counts, n)
+    assert p > 1e-3, (p, counts)
+
+
 def test_a_biased_sampler_would_fail(tiny_vocab_pair):
     """The check has teeth: taking the draft's proposals unconditionally is detected."""
     engine = tiny_vocab_pair

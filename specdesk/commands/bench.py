@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             f"(`specdesk distill --standalone` writes a draft it can use)")
     tree = checked_widths(args.tree)
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
-                              hf_default=cfg["hf_default"], hf_assisted=not reduced, tree=tree)
+                              hf_default=cfg["hf_default"], hf_assisted=not reduced, tree=tree,
+                              has_phrases=getattr(engine, "phrases", None) is not None)
     max_new = {c: cfg["max_new"] for c in CATEGORIES}
     max_new["long_context"] = cfg["long_new"]
     say(f"{len(prompts)} prompts x {len(cfg['temps'])} temperatures x {len(methods)} methods x "

@@ -28,10 +28,11 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
     g = p.add_argument_group("models")
     g.add_argument("--target", default=default_target, help=f"target model: {target_help}")
     g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
-    g.add_argument("--drafter", choices=("model", "model+lookup", "ngram", "none"), default=None,
+    g.add_argument("--drafter", choices=("model", "model+lookup", "phrases", "ngram", "none"), default=None,
                    help="model (a draft model), model+lookup (the draft model, and prompt lookup where the text "
-                        "repeats; the default with a draft), ngram (prompt lookup, no extra model; the default "
-                        "without one) or none (plain decoding)")
+                        "repeats; the default with a draft), phrases (prompt lookup, then a distilled draft's table "
+                        "of the target's own phrases; no model pass), ngram (prompt lookup, no extra model; the "
+                        "default without one) or none (plain decoding)")
     g.add_argument("--target-quant", choices=QUANTS, default="auto",
                    help="quantization of the target: bitsandbytes int8/nf4/fp4, q4 (4-bit codes through specdesk's "
                         "CPU kernels, bfloat16 activations; CPU only), none (as stored), or auto (the default: q4 for "

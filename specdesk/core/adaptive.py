@@ -142,6 +142,7 @@ class AdaptiveK:
     REPLAN_PLAIN = 4
     # plain steps this many steps after the draft last ran are plain decoding's cost (see observe)
     PLAIN_SETTLE = 4
+    PHRASE_PRIOR = 0.6  # free_length's prior acceptance of a phrase-table token (prompt lookup's: 0.8)
     # how fast the machine's speed factor follows what the steps measure (per learnt step: ~6 steps' memory)
     SPEED_RATE = 0.15
     # a new reply starts from the draft's acceptance over many replies, worth this many judged steps (see
@@ -200,6 +201,7 @@ class AdaptiveK:
         self.confidence_judged = _Decayed(half_life * 4)  # the same tokens, all together
         # prompt lookup's continuations beside a draft model: acceptance per position (text-bound, like a_j)
         self.lookup_acc = [_Decayed(half_life) for _ in range(k_max + 1)]
+        self.phrase_acc = [_Decayed(half_life) for _ in range(k_max + 1)]  # the target's phrases' (core/phrases.py)
         self._hint: tuple[int, ...] = ()  # this step's lookup continuation
         self._hint_states: list[int] = []  # HINT_* of each token drafted this step
         self.best_rate: float | None = None  # predicted tokens/s of the k best_k picked last
@@ -484,15 +486,16 @@ class AdaptiveK:
         return k
 
     def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None,
-                       other_s: float = 0.0) -> None:
+                       other_s: float = 0.0, phrases: bool = False) -> None:
         """A step whose tokens came from elsewhere (prompt lookup beside a draft model): its verify cost and, when
-        given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`)."""
+        given, how many of its tokens passed (lookup's own per-position acceptance, for :meth:`free_length`; ``phrases``:
+        the tokens were the target's phrase table's, judged apart)."""
         if other_s > 0:
             self.other.add(other_s)
         self._learn(self.verify[min(drafted + 1, len(self.verify) - 1)], context_len, verify_s)
         self._since_draft += 1  # a lookup step: the draft model did not run
         if accepted is not None:
-            self._judge(self.lookup_acc, drafted, accepted)
+            self._judge(self.phrase_acc if phrases else self.lookup_acc, drafted, accepted)
 
     def _judge(self, table: list[_Decayed], drafted: int, accepted: int) -> None:
         """Per-position acceptance: positions 1..accepted passed, the next one failed (if drafted)."""
@@ -501,18 +504,21 @@ class AdaptiveK:
                 break  # positions after the first rejection were never judged
             table[j].add(1.0 if j <= accepted else 0.0)
 
-    def free_length(self, available: int) -> int:
+    def free_length(self, available: int, phrases: bool = False) -> int:
         """How many of ``available`` free tokens (prompt lookup's continuation: no drafting cost) to verify: the
         length with the best expected tokens per verify second, by lookup's own acceptance per position (shrunk
         toward the previous position's, from a prior of 0.8). Where verify costs come in steps (q4: 5 positions
-        cost as much as 8) a long continuation is cut to the step below unless its tokens nearly always pass."""
+        cost as much as 8) a long continuation is cut to the step below unless its tokens nearly always pass. The target's
+        phrases (``phrases``) have their own table, from a prior of PHRASE_PRIOR (their tokens passed ~0.5 on q4
+        SmolLM2's hand-written prompts, where a repeated passage's pass ~0.8)."""
         v = self.verify_costs() if self.verify[1].seen else None
         if v is None or not v[0]:
             return available
         o = self.step_overhead
-        best, best_rate, e, run, prior = 0, 1.0 / (v[0] + o), 1.0, 1.0, 0.8
+        table = self.phrase_acc if phrases else self.lookup_acc
+        best, best_rate, e, run, prior = 0, 1.0 / (v[0] + o), 1.0, 1.0, self.PHRASE_PRIOR if phrases else 0.8
         for n in range(1, min(available, self.k_max) + 1):
-            prior = self.lookup_acc[n].shrunk(prior, self.PSEUDO_TRIALS)
+            prior = table[n].shrunk(prior, self.PSEUDO_TRIALS)
             run *= prior
             e += run
             if e / (v[n] + o) >= best_rate:
@@ -578,7 +584,7 @@ class AdaptiveK:
         every acceptance (a Lesson's text is nobody's)."""
         text = [self.by_hint[h] for h in (self.HINT_AGREE, self.HINT_DEPART)]
         text += self.by_confidence[self.HINT_AGREE] + self.by_confidence[self.HINT_DEPART]
-        for a in text + self.lookup_acc:
+        for a in text + self.lookup_acc + self.phrase_acc:
             a.w *= keep
             a.s *= keep
         if keep <= 0:

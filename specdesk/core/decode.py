@@ -160,7 +160,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         draft_total += tb - ta
         verify_total += tc - tb
         if proposal.free:  # prompt lookup's tokens: only the verify cost is the controller's to learn
-            controller.observe_verify(m, tc - tb, context, n, other_s=other)
+            controller.observe_verify(m, tc - tb, context, n, other_s=other, phrases=proposal.phrases)
         else:
             controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences, proposal.setup_s,
                                other_s=other)

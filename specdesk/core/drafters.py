@@ -32,6 +32,7 @@ class Proposal:
     # the draft's probability of each proposed token (only when the caller asked, see Drafter.propose)
     confidences: tuple[float, ...] = ()
     free: bool = False  # taken from prompt lookup by a model drafter (no model pass; its costs are not the model's)
+    phrases: bool = False  # free tokens from the target's phrase table (core/phrases.py), not from prompt lookup
     # greedy sibling trees (core/tree.py): leaves[i] (w_i - 1,) the draft's runner-up tokens at depth i + 1
     leaves: tuple[torch.Tensor, ...] = ()
     # seconds of the proposal spent reading what the draft model had not seen: the prompt, or the tokens decoded
@@ -328,6 +329,24 @@ class ModelDrafter(Drafter):
             self.seq.remember(ids)
 
 
+class PhraseDrafter(NgramDrafter):
+    """Prompt lookup, and where the context has no earlier match the target's own phrases (core/phrases.py): the
+    continuation its replies nearly always took after the context's last tokens. No model pass either way (drafter
+    "phrases": a distilled draft's table without its model; q4 SmolLM2, 8 held-out chat prompts side by side,
+    k=auto: 1.18x of plain against prompt lookup's 1.06x)."""
+
+    name = "phrases"
+
+    def __init__(self, device: torch.device, table, max_n: int = 4, min_n: int = 2, min_tokens: int = 2) -> None:
+        super().__init__(device, max_n, min_n)
+        self.table = table
+        self.min_tokens = min_tokens
+
+    def lookup(self, ids: list[int], k: int) -> list[int]:
+        cont = self.index.lookup(ids, k)
+        return cont if len(cont) >= self.min_tokens else self.table.continuation(ids, k)
+
+
 class LookupFirstDrafter(Drafter):
     """A draft model and prompt lookup together: where the context's last n-gram occurred before, the lookup's
     continuation is proposed (a point mass per token, as prompt lookup's, and no model pass); elsewhere the draft
@@ -340,11 +359,12 @@ class LookupFirstDrafter(Drafter):
     drafts_trees = True
     LOOKUP_CAP = 8  # k=auto plans up to k_max for a confident draft; lookup's own k=auto averaged 7.2 (chat bench)
 
-    def __init__(self, model: ModelDrafter, lookup: NgramDrafter, min_tokens: int = 2) -> None:
+    def __init__(self, model: ModelDrafter, lookup: NgramDrafter, min_tokens: int = 2, phrases=None) -> None:
         self.model = model
         self.lookup = lookup
         self.min_tokens = min_tokens
         self.device = model.device
+        self.phrases = phrases  # the draft's table of the target's phrases (core/phrases.py), or None
 
     def start(self, prefix_ids: list[int], capacity: int) -> None:
         self.model.start(prefix_ids, capacity)
@@ -356,10 +376,16 @@ class LookupFirstDrafter(Drafter):
         # pay, and free tokens are no draft's cost); a fixed k bounds both
         n = k if self.free_limit is None else self.budget
         cont = self.lookup.lookup(ids, min(n, self.LOOKUP_CAP))
+        phrases = False
+        if len(cont) < self.min_tokens and k == 0 and self.phrases is not None and self.free_limit is not None:
+            # k=auto gives the draft model nothing here (it does not pay in this stretch): the target's own phrases,
+            # which cost no model pass, instead of a plain step (hand-written prompts side by side, q4 SmolLM2 on a
+            # 2-core Xeon: 0.936x -> 0.954x of plain); where the model drafts, it drafts (phrases first lost 3%)
+            cont, phrases = self.phrases.continuation(ids, min(n, self.LOOKUP_CAP)), True
         if cont and self.free_limit is not None:
-            cont = cont[:self.free_limit(len(cont))]
+            cont = cont[:self.free_limit(len(cont), phrases)]
         if len(cont) >= self.min_tokens:
-            return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True)
+            return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device), free=True, phrases=phrases)
         return self.model.propose(ids, k, sampling, generator, keep, widths)
 
     def commit(self, valid_len: int) -> None:

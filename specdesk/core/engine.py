@@ -16,14 +16,16 @@ from specdesk.core.adaptive import AdaptiveK, Lesson
 from specdesk.core.compat import Compatibility, check_tokenizers
 from specdesk.core.decode import decode
 from specdesk.core.distill.draft import FC, is_eagle
-from specdesk.core.drafters import Drafter, LookupFirstDrafter, ModelDrafter, NgramDrafter, NoDrafter
+from specdesk.core.drafters import Drafter, LookupFirstDrafter, ModelDrafter, NgramDrafter, NoDrafter, PhraseDrafter
 from specdesk.core.eagle import EagleDrafter
 from specdesk.core.errors import BadSetting
 from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_borrowing_draft, load_model, resolve
 from specdesk.core.membudget import MemoryBudget, guarded
-from specdesk.core.pairing import DRAFTERS, HYBRID, MODEL_DRAFTERS, may_take_own_draft, resolve_drafter
+from specdesk.core.pairing import (DRAFTERS, HYBRID, MODEL_DRAFTERS, NEEDS_DRAFT, PHRASES, may_take_own_draft,
+                                   resolve_drafter)
+from specdesk.core.phrases import FILE as PHRASES_FILE
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
 
@@ -34,8 +36,11 @@ class Engine:
                  ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True) -> None:
         if drafter not in DRAFTERS:
             raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
-        if drafter in MODEL_DRAFTERS and draft is None:
+        if drafter in NEEDS_DRAFT and draft is None:
             raise BadSetting(f"drafter '{drafter}' needs a draft model (or choose drafter ngram or none)")
+        if drafter == PHRASES and getattr(draft, "phrases", None) is None:
+            raise BadSetting(f"{draft.name} has no table of its target's phrases ({PHRASES_FILE}; `specdesk distill` "
+                             f"writes one): choose another drafter")
         if not (1 <= ngram_min <= ngram_max <= 16):
             raise BadSetting(f"n-gram sizes must satisfy 1 <= min ({ngram_min}) <= max ({ngram_max}) <= 16")
         self.target = target
@@ -45,6 +50,7 @@ class Engine:
         self.compatibility: Compatibility | None = None
         self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
+        self.phrases = getattr(draft, "phrases", None)  # the draft's table of the target's phrases (core/phrases.py)
         self._adaptive: dict[tuple[str, str], AdaptiveK] = {}
         self._costs: AdaptiveK | None = None  # what warm_up's lesson taught: each new k=auto but a tree's starts from it
         if draft is not None:
@@ -82,7 +88,9 @@ class Engine:
             seq.cached = None
 
     def available_drafters(self) -> tuple[str, ...]:
-        return DRAFTERS if self._model_drafter is not None else ("ngram", "none")
+        if self._model_drafter is None:
+            return ("ngram", "none")
+        return DRAFTERS if self.phrases is not None else tuple(d for d in DRAFTERS if d != PHRASES)
 
     # warm_up's lesson for k=auto: plain steps (the first few after a prefill run slow and are not learnt), then
     # k = 1 .. 4 (each k's first step pays the draft's catch-up and is not learnt either): ~30 passes
@@ -110,7 +118,12 @@ class Engine:
 
     def _drafter(self, name: str) -> Drafter:
         if name == HYBRID:
-            return LookupFirstDrafter(self._drafter("model"), NgramDrafter(self._runner.device, *self.ngram))
+            return LookupFirstDrafter(self._drafter("model"), NgramDrafter(self._runner.device, *self.ngram),
+                                      phrases=self.phrases)
+        if name == PHRASES:
+            if self.phrases is None:
+                raise BadSetting("this engine's draft has no table of its target's phrases; use drafter ngram or none")
+            return PhraseDrafter(self._runner.device, self.phrases, *self.ngram)
         if name == "model":
             if self._model_drafter is None:
                 raise BadSetting("this engine has no draft model; use drafter ngram or none")
@@ -268,6 +281,8 @@ class Engine:
         draft = None
         if self.draft is not None:
             draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target}
+            if self.phrases is not None:
+                draft["phrases"] = {"contexts": len(self.phrases), **self.phrases.info}
         return {"target": self.target.describe(), "draft": draft,
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
@@ -293,7 +308,9 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     """Load a target and a drafter.
 
     drafter: "model" (needs ``draft``), "model+lookup" (the draft model, and prompt lookup where the text
-    repeats), "ngram" (prompt lookup) or "none" (plain decoding). Left out, it is "model+lookup" when a draft is
+    repeats; with a distilled draft's phrase table, its phrases where k=auto leaves the model out), "phrases"
+    (prompt lookup, then the draft's table of the target's phrases; no model pass), "ngram" (prompt lookup) or
+    "none" (plain decoding). Left out, it is "model+lookup" when a draft is
     given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise. With no
     draft given and a drafter that may use one, a target with a bundled draft distilled for it (discovery.own_draft:
     SmolLM2-135M-Instruct's Q4_1 GGUF) drafts with that draft, as the command line and the app do.

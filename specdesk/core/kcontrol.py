@@ -22,5 +22,5 @@ class FixedK:
         pass
 
     def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None,
-                       other_s: float = 0.0) -> None:
+                       other_s: float = 0.0, phrases: bool = False) -> None:
         pass

@@ -290,6 +290,7 @@ class LoadedModel:
     # a distilled draft (specdesk.core.distill.draft): the target tensors it shares, and its reduced head's token ids
     borrowed: tuple[str, ...] = ()
     head_ids: object = None
+    phrases: object = None  # a distilled draft's table of the target's own phrases (core/phrases.py), if it has one
 
     def describe(self) -> dict:
         out = {"name": self.name, "path": str(self.path), "quant": self.quant, "double_quant": self.double_quant,
@@ -406,6 +407,7 @@ def _share_head_rows(draft, target, head_ids) -> bool:
 
 def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> LoadedModel:
     """A distilled draft that borrows ``target``'s embeddings (and head), built next to it on its device."""
+    from specdesk.core import phrases
     from specdesk.core.distill.draft import borrow_info, build_from_folder
 
     source = resolve(ref)
@@ -441,7 +443,7 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
         params=sum(p.numel() for p in own) + q4_params,
         weight_bytes=sum(p.numel() * p.element_size() for p in own) + q4_bytes,
         borrowed=tuple(b for b in info["borrows"] if head_ids is None or b != "lm_head.weight"),
-        head_ids=head_ids)
+        head_ids=head_ids, phrases=phrases.find(source))
 
 
 def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype: str = "auto",

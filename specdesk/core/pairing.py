@@ -5,8 +5,10 @@ from __future__ import annotations
 from specdesk.core.errors import BadSetting
 
 HYBRID = "model+lookup"  # the draft model, and prompt lookup's continuation where the context repeats
-DRAFTERS = ("model", HYBRID, "ngram", "none")
-MODEL_DRAFTERS = ("model", HYBRID)  # the drafters that need a draft model
+PHRASES = "phrases"  # prompt lookup, then a distilled draft's table of the target's own phrases (no model pass)
+DRAFTERS = ("model", HYBRID, PHRASES, "ngram", "none")
+MODEL_DRAFTERS = ("model", HYBRID)  # the drafters that draft with a draft model
+NEEDS_DRAFT = (*MODEL_DRAFTERS, PHRASES)  # the drafters that need a draft folder loaded (phrases: for its table)
 
 
 def default_drafter(has_draft: bool) -> str:
@@ -18,7 +20,7 @@ def may_take_own_draft(target: str, draft: str | None, drafter: str | None) -> b
     """Whether a request leaves the draft to specdesk: no draft given, a drafter that may use one, and not the demo
     target (its pairing is demo-draft). Such a target then drafts with the bundled draft distilled for it, if there
     is one (discovery.own_draft): the engine, the command line and the app decide by this one rule."""
-    return draft is None and drafter in (None, *MODEL_DRAFTERS) and target != "demo-target"
+    return draft is None and drafter in (None, *NEEDS_DRAFT) and target != "demo-target"
 
 
 def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tuple[str, str | None]:
@@ -37,8 +39,9 @@ def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tupl
         raise BadSetting(f"a draft model and drafter {drafter} contradict each other: choose one")
     if drafter is None:
         drafter = default_drafter(draft is not None or target == "demo-target")
-    if drafter in MODEL_DRAFTERS and draft is None:
+    if drafter in NEEDS_DRAFT and draft is None:
         if target != "demo-target":
-            raise BadSetting(f"drafter '{drafter}' needs a draft model (give one, or choose drafter ngram or none)")
+            what = "a distilled draft (its phrase table)" if drafter == PHRASES else "a draft model"
+            raise BadSetting(f"drafter '{drafter}' needs {what} (give one, or choose drafter ngram or none)")
         draft = "demo-draft"
-    return drafter, (draft if drafter in MODEL_DRAFTERS else None)
+    return drafter, (draft if drafter in NEEDS_DRAFT else None)

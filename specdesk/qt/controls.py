@@ -18,8 +18,8 @@ TREE_CHOICES = ((), SUGGESTED, (6, 3, 2), (8,))
 def _tree_text(widths: tuple[int, ...]) -> str:
     return widths_text(widths) or "chain"
 
-DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup", "ngram": "n-gram lookup",
-                  "none": "none (plain)"}
+DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup",
+                  "phrases": "the model's phrases + lookup", "ngram": "n-gram lookup", "none": "none (plain)"}
 AUTO_K = -1  # the k spin box's minimum, shown as "auto"
 RANDOM_SEED = -1
 
@@ -39,7 +39,8 @@ class ControlsPanel(QWidget):
             self.drafter_box.addItem(label, key)
         self.drafter_box.setToolTip("Who proposes tokens: the draft model, prompt lookup (n-gram: tokens that "
                                     "followed the same words earlier in the text), both (the default with a draft: "
-                                    "lookup where the text repeats, the draft elsewhere), or nobody")
+                                    "lookup where the text repeats, the draft elsewhere), the model's own phrases "
+                                    "with lookup (a distilled draft's table: no model pass), or nobody")
         self.k_box = QSpinBox()
         self.k_box.setRange(AUTO_K, MAX_K)
         self.k_box.setSpecialValueText("auto")

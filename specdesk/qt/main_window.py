@@ -852,5 +852,6 @@ class MainWindow(QMainWindow):
 
 def _drafter_label(req: GenerateRequest) -> str:
     k = req.settings.k
-    return {"model": f"draft model, k={k}", "model+lookup": f"draft model + lookup, k={k}", "ngram": f"n-gram, k={k}",
+    return {"model": f"draft model, k={k}", "model+lookup": f"draft model + lookup, k={k}",
+            "phrases": f"phrases + lookup, k={k}", "ngram": f"n-gram, k={k}",
             "none": "plain decoding"}.get(req.drafter, req.drafter)

@@ -84,10 +84,11 @@ class Run:
 
 def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, has_draft: bool,
                     with_hf: bool = True, hf_default: bool = False, hf_assisted: bool = True,
-                    tree: tuple[int, ...] = SUGGESTED) -> list[Method]:
+                    tree: tuple[int, ...] = SUGGESTED, has_phrases: bool = False) -> list[Method]:
     """``hf_assisted``: False leaves out transformers' assisted generation (a draft it cannot use). ``tree``: the
     draft's sibling-tree rows (fixed k from 2 to 4 among ``ks``, k=auto, with lookup) use these widths; () = none.
-    Tree rows apply to greedy decoding only (sampled decoding drafts a chain), so they run greedy."""
+    Tree rows apply to greedy decoding only (sampled decoding drafts a chain), so they run greedy. ``has_phrases``:
+    the draft has a table of the target's phrases, measured as drafter "phrases" (no model pass) beside lookup."""
     methods = [Method(PLAIN, "specdesk", "none", 0)]
     if has_draft:
         methods += [Method(f"draft k={k}", "specdesk", "model", k) for k in ks]
@@ -100,6 +101,8 @@ def default_methods(ks: tuple[int, ...], hf_ks: tuple[int, ...], lookup_k: int, 
             methods.append(Method(f"{name}+lookup k=auto", "specdesk", "model+lookup", "auto", tree))
     methods.append(Method(f"lookup k={lookup_k}", "specdesk", "ngram", lookup_k))
     methods.append(Method("lookup k=auto", "specdesk", "ngram", "auto"))
+    if has_phrases:
+        methods.append(Method("phrases k=auto", "specdesk", "phrases", "auto"))
     if with_hf:
         if has_draft and hf_assisted:
             methods += [Method(f"hf-assisted k={k}", "hf-assisted", "model", k) for k in hf_ks]

@@ -77,7 +77,7 @@ whole head):
 |---:|---:|---:|---:|
 {curve}
 
-See specdesk's README for speeds measured with `specdesk bench`.
+{_phrases_section(out)}See specdesk's README for speeds measured with `specdesk bench`.
 """
     (out / "README.md").write_text(text, encoding="utf-8")
     (out / "distill.json").write_text(json.dumps({
@@ -89,6 +89,25 @@ See specdesk's README for speeds measured with `specdesk bench`.
         "curve": [list(c) for c in trainer.curve], "cpu": cpu, "prompt_set": prompt_set,
         **({"init_from": Path(init_from).name, "skip_prompts": cfg.skip_prompts, "previous": previous}
            if init_from else {})}, indent=2), encoding="utf-8")
+
+
+def _phrases_section(out: Path) -> str:
+    """The card's words on the folder's table of the target's phrases (core/phrases.py), if it has one."""
+    from specdesk.core import phrases
+
+    table = phrases.find(out)
+    if table is None:
+        return ""
+    i = table.info
+    return f"""## The target's phrases
+
+`{phrases.FILE}` ({(out / phrases.FILE).stat().st_size / 1e6:.1f} MB): the {len(table):,} contexts of 1 to
+{table.max_n} tokens after which the target's {int(i.get("replies", 0)):,} training replies ({int(i.get("tokens", 0)):,} tokens)
+went on with the same token at least {float(i.get("min_share", 0)):.0%} of the time (seen {i.get("min_count")}+ times).
+specdesk proposes those continuations without running any model: drafter `phrases` (prompt lookup, then these), and
+beside the draft model where k=auto leaves the model out.
+
+"""
 
 
 def _previous(init_from: str | None) -> dict:

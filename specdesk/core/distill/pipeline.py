@@ -153,6 +153,16 @@ def prompt_set_for(cfg: DistillConfig) -> str:
     return DEFAULT_PROMPT_SET
 
 
+def phrase_sources(out: Path, init_from: str | None) -> list[Path]:
+    """The work folders whose training replies make the draft's phrase table: this run's, and the one it started
+    from where that folder still holds its data (a draft trained in two runs counts both runs' replies)."""
+    dirs = [Path(out)]
+    start = Path(init_from) if init_from else None
+    if start is not None and (start / ".distill" / "data").is_dir() and start.resolve() != Path(out).resolve():
+        dirs.append(start)
+    return dirs
+
+
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
     import torch
 
@@ -237,6 +247,10 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
 
     yield DistillEvent("write", f"writing {out}")
     save_draft(trainer.draft, out, target, head_ids=trainer.head_ids, target_sha256=sha, target_source=source)
+    yield DistillEvent("write", "counting the target's phrases in its replies")
+    from specdesk.core import phrases
+
+    phrases.from_work_dirs(phrase_sources(out, cfg.init_from)).save(out / phrases.FILE)
     write_card(out, cfg, trainer, target_name=target.name, target_source=source, target_sha256=sha,
                cpu=cpu_description(), torch_threads=torch.get_num_threads())
     from specdesk.core import userdirs

@@ -1,0 +1,151 @@
+"""The target's phrase table (core/phrases.py): what it keeps, its lookups against counting by hand, its file, and
+drafting from it: greedy output token-identical to the target alone, alone (drafter "phrases") and beside the draft
+model where k=auto leaves the model out (the sampled law: test_sampling_exact's phrases case)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+
+from specdesk.core import phrases
+from specdesk.core.errors import BadModel
+
+PROMPT = [1, 2, 3]
+
+
+def test_it_keeps_contexts_the_replies_nearly_always_continue_alike():
+    # after "... 3" the replies went on 10 11 12 six times of seven; 20 followed 10 only once (not kept)
+    samples = [(PROMPT, [10, 11, 12])] * 6 + [(PROMPT, [10, 20, 13])]
+    t = phrases.build(samples, min_count=6, min_share=0.6)
+    assert t.next_token([7, 3]) == 10  # the context (3,) went on 10 all 7 times
+    assert t.next_token([5, 1, 2, 3]) == 10
+    assert t.continuation([1, 2, 3], 8) == [10, 11, 12]  # then no context after 12 was seen 6 times
+    assert t.next_token([3, 10]) == 11  # (3, 10) -> 11 six of seven (0.86 >= 0.6)
+    assert phrases.build(samples, min_count=6, min_share=0.9).next_token([3, 10]) is None  # 0.86 < 0.9: dropped
+    assert phrases.build(samples, min_count=8).next_token([1, 2, 3]) is None  # seen 7 times, fewer than 8
+    assert t.info == {"replies": 7, "tokens": 21, "min_count": 6, "min_share": 0.6}
+
+
+def test_the_longest_kept_context_decides():
+    # (9, 5) -> 6 always, while (5,) alone goes on 7 more often
+    samples = [([9], [5, 6])] * 6 + [([8], [5, 7])] * 12
+    t = phrases.build(samples, min_count=6, min_share=0.6)
+    assert t.next_token([9, 5]) == 6 and t.next_token([8, 5]) == 7 and t.next_token([4, 5]) == 7
+
+
+def _by_hand(samples, max_n, min_count, min_share):
+    counts = [defaultdict(Counter) for _ in range(max_n + 1)]
+    for prompt, reply in samples:
+        seq = list(prompt[-max_n:]) + list(reply)
+        start = len(seq) - len(reply)
+        for i in range(start, len(seq)):
+            for n in range(1, min(max_n, i) + 1):
+                counts[n][tuple(seq[i - n:i])][seq[i]] += 1
+    kept = {}
+    for n in range(1, max_n + 1):
+        for ctx, c in counts[n].items():
+            total = sum(c.values())
+            tok, top = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[0]  # ties: the smallest token id
+            if total >= min_count and top / total >= min_share:
+                kept[ctx] = tok
+    return kept
+
+
+def test_its_lookups_are_counting_by_hand():
+    rng = random.Random(3)
+    samples = []
+    for _ in range(300):  # a skewed 12-token language: many contexts, some nearly deterministic
+        reply, t = [], rng.randrange(12)
+        for _ in range(rng.randrange(1, 30)):
+            t = (t * 5 + 1) % 12 if rng.random() < 0.7 else rng.randrange(12)
+            reply.append(t)
+        samples.append(([rng.randrange(12) for _ in range(rng.randrange(0, 6))], reply))
+    for min_count, min_share in ((2, 0.5), (4, 0.6), (1, 0.0)):
+        kept = _by_hand(samples, 4, min_count, min_share)
+        t = phrases.build(samples, min_count=min_count, min_share=min_share)
+        assert len(t) == len(kept)
+        checked = 0
+        for _ in range(2000):
+            tail = [rng.randrange(12) for _ in range(rng.randrange(1, 7))]
+            want = next((kept[tuple(tail[-n:])] for n in range(min(4, len(tail)), 0, -1)
+                         if tuple(tail[-n:]) in kept), None)
+            assert t.next_token(tail) == want, tail
+            checked += want is not None
+        assert checked > 100
+
+
+def test_the_file_reads_back_as_written_and_a_bad_one_is_one_clear_error(tmp_path):
+    t = phrases.build([(PROMPT, [10, 11, 12])] * 6, min_count=6)
+    assert phrases.find(tmp_path) is None  # no table: nothing to load
+    t.save(tmp_path / phrases.FILE)
+    back = phrases.find(tmp_path)
+    assert back.info == t.info and back.max_n == t.max_n
+    for a, b in ((back.keys, t.keys), (back.tokens, t.tokens), (back.shares, t.shares)):
+        assert np.array_equal(a, b)
+    assert back.continuation([0, 1, 2, 3], 5) == [10, 11, 12]
+    (tmp_path / phrases.FILE).write_bytes(b"not a table")
+    with pytest.raises(BadModel, match="not a readable phrase table"):
+        phrases.find(tmp_path)
+
+
+def _own_replies_table(engine, prompts):
+    """A table from the target's own greedy replies to ``prompts`` (what `specdesk distill` counts)."""
+    samples = []
+    for p in prompts:
+        ids = engine.encode(p)
+        samples.append((ids, list(engine.generate(ids, drafter="none", max_new_tokens=40).token_ids)))
+    return phrases.build(samples * 6, min_count=6)
+
+
+PROMPTS = ["The quick brown fox", "Once upon a time", "def main():", "In the beginning"]
+
+
+@pytest.fixture()
+def with_phrases(tiny_engine):
+    table = _own_replies_table(tiny_engine, PROMPTS)
+    assert len(table) > 50
+    tiny_engine.phrases = table
+    yield tiny_engine
+    tiny_engine.phrases = None
+
+
+def test_drafting_from_the_phrases_keeps_the_output_the_targets(with_phrases):
+    e = with_phrases
+    assert "phrases" not in __import__("specdesk").load("demo-target", device="cpu").available_drafters()
+    for prompt in PROMPTS + ["A prompt it never answered"]:
+        want = e.generate(prompt, drafter="none", max_new_tokens=40).token_ids
+        for k in (2, 4, "auto"):
+            got = e.generate(prompt, drafter="phrases", k=k, max_new_tokens=40)
+            assert got.token_ids == want, (prompt, k)
+    # on a reply it has counted, the table proposes it: far fewer passes than tokens
+    r = e.generate(PROMPTS[0], drafter="phrases", k=4, max_new_tokens=40)
+    assert r.stats.target_forwards <= len(r.token_ids) // 2
+
+
+def test_beside_the_draft_model_the_phrases_fill_steps_k_auto_leaves_the_model_out(with_phrases):
+    from specdesk.core.kcontrol import FixedK
+
+    class ModelLeftOut(FixedK):  # k=auto's decision in a stretch where the draft model does not pay
+        def __init__(self):
+            super().__init__(0)
+            self.judged: list[bool] = []
+
+        def free_length(self, available: int, phrases: bool = False) -> int:
+            return available
+
+        def observe_verify(self, drafted, verify_s, context_len=0, accepted=None, other_s=0.0, phrases=False):
+            self.judged.append(phrases)
+
+    e = with_phrases
+    want = e.generate(PROMPTS[1], drafter="none", max_new_tokens=40).token_ids
+    ctl = ModelLeftOut()
+    got = e.generate(PROMPTS[1], drafter="model+lookup", controller=ctl, max_new_tokens=40)
+    assert got.token_ids == want
+    assert sum(s.lookup for s in got.steps) >= 3 and got.stats.drafted >= 6  # free steps, the phrases' tokens
+    assert ctl.judged and all(ctl.judged)  # judged as the phrases' (their own acceptance table), not lookup's
+    e.phrases = None
+    plain = e.generate(PROMPTS[1], drafter="model+lookup", controller=ModelLeftOut(), max_new_tokens=40)
+    assert plain.token_ids == want and plain.stats.drafted == 0  # no table: plain steps
