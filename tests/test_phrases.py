@@ -149,3 +149,31 @@ def test_beside_the_draft_model_the_phrases_fill_steps_k_auto_leaves_the_model_o
     e.phrases = None
     plain = e.generate(PROMPTS[1], drafter="model+lookup", controller=ModelLeftOut(), max_new_tokens=40)
     assert plain.token_ids == want and plain.stats.drafted == 0  # no table: plain steps
+
+
+def test_a_phrases_reply_is_priced_as_a_drafter_that_runs_no_model():
+    """The window's payoff monitor judges a "phrases" reply (before, it had no cost model for it and said nothing)."""
+    from specdesk.core.payoff import PayoffMonitor
+
+    mon = PayoffMonitor()
+    for _ in range(12):
+        mon.observe(0, 0, 0.0, 0.004, 100)  # plain steps: the pair's plain cost
+    mon.begin("phrases")
+    for _ in range(20):
+        mon.observe(4, 0, 0.00002, 0.007, 100)  # 4 of the table's tokens a step, none kept
+    v = mon.verdict()
+    assert v is not None and v.acceptance == 0 and v.slowing and v.draft_ms < 0.1
+
+
+def test_the_slow_draft_banner_offers_the_models_phrases_where_the_pair_has_them(qtbot):
+    from specdesk.qt.health import HealthBanners
+
+    h = HealthBanners()
+    qtbot.addWidget(h)
+    h.pair_loaded(("model", "model+lookup", "phrases", "ngram", "none"))
+    assert [label for label, _ in h._fixes("model+lookup")] == ["Switch to the model's phrases", "Decode plainly"]
+    with qtbot.waitSignal(h.use_drafter) as sig:
+        dict(h._fixes("model"))["Switch to the model's phrases"]()
+    assert sig.args == ["phrases"]
+    h.pair_loaded(("model", "model+lookup", "ngram", "none"))  # a draft without a table: prompt lookup, as before
+    assert [label for label, _ in h._fixes("model")] == ["Switch to prompt lookup", "Decode plainly"]

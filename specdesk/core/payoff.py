@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdesk.core.adaptive import AdaptiveK
-from specdesk.core.pairing import HYBRID
+from specdesk.core.pairing import HYBRID, PHRASES
 
 MIN_STEPS = 12  # drafting steps of a reply before it is judged
 MIN_DRAFTED = 24  # drafted tokens before it is judged
@@ -75,7 +75,7 @@ class PayoffMonitor:
         self.alarm = False
 
     def begin(self, drafter: str) -> None:
-        """A new reply with ``drafter`` ("model", "model+lookup", "ngram" or "none")."""
+        """A new reply with ``drafter`` ("model", "model+lookup", "phrases", "ngram" or "none")."""
         for ctl in self.costs.values():  # a new prompt's first passes run slow (its prefill had the CPU's cache):
             ctl.reset_acceptance()  # not plain decoding's cost (AdaptiveK.PLAIN_SETTLE); acceptance is unused here
         self.drafter = drafter
@@ -100,6 +100,8 @@ class PayoffMonitor:
         name = self.drafter or ""
         if name == HYBRID:
             name = "ngram" if lookup else "model"
+        elif name == PHRASES:  # no model either: priced as prompt lookup's (microseconds a proposal)
+            name = "ngram"
         ctl = self.costs.get(name)
         if ctl is None:
             return

@@ -179,13 +179,24 @@ class HealthBanners(QWidget):
             self.slow.hide()
         return v
 
+    def _lighter(self) -> tuple[str, str, str] | None:
+        """(button, drafter, words) of the drafter that runs no model, where the pair has one: the model's own phrases
+        (a distilled draft's table, with prompt lookup; 1.10x of plain on chat where lookup alone ran 1.00x), else
+        prompt lookup."""
+        if "phrases" in self.drafters:
+            return "Switch to the model's phrases", "phrases", "the model's phrases with prompt lookup"
+        if "ngram" in self.drafters:
+            return "Switch to prompt lookup", "ngram", "prompt lookup"
+        return None
+
     def _fixes(self, current: str) -> list[tuple[str, Callable[[], None]]]:
         out = []
         if self.k != "auto":
             out.append(("Use k=auto", lambda: self._applied("k = auto", self.use_k_auto.emit)))
-        if current in MODEL_DRAFTERS and "ngram" in self.drafters:
-            out.append(("Switch to prompt lookup",
-                        lambda: self._applied("prompt lookup", lambda: self.use_drafter.emit("ngram"))))
+        lighter = self._lighter()
+        if current in MODEL_DRAFTERS and lighter is not None:
+            label, name, what = lighter
+            out.append((label, lambda: self._applied(what, lambda: self.use_drafter.emit(name))))
         if current != "none":
             out.append(("Decode plainly", lambda: self._applied("plain decoding", lambda: self.use_drafter.emit("none"))))
         return out
@@ -213,8 +224,9 @@ class HealthBanners(QWidget):
         actions: list[tuple[str, Callable[[], None]]] = [("New chat", self.new_chat.emit)]
         if self.k != "auto":
             actions.append(("Use k=auto", self.use_k_auto.emit))
-        if "ngram" in self.drafters:
-            actions.append(("Switch to prompt lookup", lambda: self.use_drafter.emit("ngram")))
+        lighter = self._lighter()
+        if lighter is not None:
+            actions.append((lighter[0], lambda: self.use_drafter.emit(lighter[1])))
         self.drift_banner.show_message("Acceptance is drifting down", text, actions)
 
     # ---------------------------------------------------------------- memory
