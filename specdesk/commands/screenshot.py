@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                         "chat (each reply compared with plain decoding), and the window shows the last")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
+    p.add_argument("--drafter", default=None, choices=("model", "model+lookup", "phrases", "ngram", "none"),
+                   help="who drafts, as the window's Drafter box (default: what the app picks for the pair)")
     p.add_argument("--target", default="demo-target")
     p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, the bundled draft distilled for the "
                                                      "target if there is one, else prompt lookup (as the app)")
@@ -101,6 +103,12 @@ def take_screenshot(args, size: tuple[int, int], logs_dir: Path):
         win.controls.max_new.setValue(args.max_new_tokens)
         win.controls.temperature.setValue(0.0)
         win.controls.k_box.setValue(-1 if args.k == "auto" else int(args.k))
+        if getattr(args, "drafter", None) is not None:
+            box = win.controls.drafter_box
+            i = box.findData(args.drafter)
+            if i < 0 or not box.model().item(i).isEnabled():
+                raise SpecdeskError(f"drafter {args.drafter} is not available for this pair")
+            box.setCurrentIndex(i)
         prompts = args.prompt or [DEFAULT_PROMPT]
         for text in prompts:
             settle(app)
