@@ -113,8 +113,13 @@ def with_phrases(tiny_engine):
 
 
 def test_drafting_from_the_phrases_keeps_the_output_the_targets(with_phrases):
+    import specdesk
+    from specdesk.core.errors import BadSetting
+
     e = with_phrases
-    assert "phrases" not in __import__("specdesk").load("demo-target", device="cpu").available_drafters()
+    assert "phrases" not in specdesk.load("demo-target", device="cpu").available_drafters()
+    with pytest.raises(BadSetting, match="demo-draft has no table of its target's phrases"):  # one clear line
+        specdesk.load("demo-target", drafter="phrases", device="cpu")
     for prompt in PROMPTS + ["A prompt it never answered"]:
         want = e.generate(prompt, drafter="none", max_new_tokens=40).token_ids
         for k in (2, 4, "auto"):
