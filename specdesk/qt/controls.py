@@ -19,7 +19,7 @@ def _tree_text(widths: tuple[int, ...]) -> str:
     return widths_text(widths) or "chain"
 
 DRAFTER_LABELS = {"model": "draft model", "model+lookup": "draft model + lookup",
-                  "phrases": "the model's phrases + lookup", "ngram": "n-gram lookup", "none": "none (plain)"}
+                  "phrases": "phrases + lookup", "ngram": "n-gram lookup", "none": "none (plain)"}
 AUTO_K = -1  # the k spin box's minimum, shown as "auto"
 RANDOM_SEED = -1
 
