@@ -199,7 +199,7 @@ def test_the_engine_loads_it_as_the_targets_draft_and_greedy_output_is_the_targe
             drafted += got.stats.drafted
         assert spec.generate(prompt, max_new_tokens=40, k="auto", drafter="phrases").token_ids == want
     assert drafted > 0
-    assert spec.describe()["draft"]["phrases"]["contexts"] == len(spec.phrases) and "phrases" in spec.available_drafters()
+    assert spec.describe()["phrases"]["contexts"] == len(spec.phrases) and "phrases" in spec.available_drafters()
 
 
 def test_a_draft_whose_tokenizer_files_differ_reads_its_own(distilled, distill_target, tmp_path):

@@ -182,3 +182,26 @@ def test_the_slow_draft_banner_offers_the_models_phrases_where_the_pair_has_them
     assert sig.args == ["phrases"]
     h.pair_loaded(("model", "model+lookup", "ngram", "none"))  # a draft without a table: prompt lookup, as before
     assert [label for label, _ in h._fixes("model")] == ["Switch to prompt lookup", "Decode plainly"]
+
+
+def test_drafter_phrases_reads_only_the_table_and_loads_no_draft_model(tiny_engine, tiny_target, tmp_path):
+    """A drafter that runs no model loads none: only the folder's table is read (an 8B target's distilled draft
+    would otherwise hold ~0.9 GB for nothing); the planner counts no draft for it either."""
+    import specdesk
+    from specdesk.core.errors import BadSetting
+    from specdesk.core.plan.planner import plan
+
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    _own_replies_table(tiny_engine, PROMPTS).save(folder / phrases.FILE)
+    e = specdesk.load(str(tiny_target), str(folder), drafter="phrases", device="cpu")
+    assert e.draft is None and e._model_drafter is None and len(e.phrases) > 50
+    assert e.available_drafters() == ("phrases", "ngram", "none") and e.describe()["phrases"]["contexts"] == len(e.phrases)
+    for prompt in PROMPTS[:2]:
+        want = tiny_engine.generate(prompt, drafter="none", max_new_tokens=40).token_ids
+        got = e.generate(prompt, k="auto", max_new_tokens=40)
+        assert got.token_ids == want and got.stats.target_forwards < len(want)
+    with pytest.raises(BadSetting, match="has no table of its target's phrases"):
+        specdesk.load(str(tiny_target), str(tmp_path), drafter="phrases", device="cpu")
+    p = plan(str(tiny_target), str(folder), drafter="phrases", device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
+    assert p.draft is None and p.drafter == "ngram"

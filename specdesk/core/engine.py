@@ -33,14 +33,19 @@ from specdesk.core.target import TargetRunner
 
 class Engine:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, drafter: str = "model",
-                 ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True) -> None:
+                 ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True,
+                 phrases=None) -> None:
+        """``phrases``: a table of the target's phrases (core/phrases.py) without its draft model (drafter
+        "phrases" loads no model); a loaded distilled draft brings its own."""
         if drafter not in DRAFTERS:
             raise BadSetting(f"unknown drafter {drafter!r}: use one of {', '.join(DRAFTERS)}")
-        if drafter in NEEDS_DRAFT and draft is None:
+        if drafter in MODEL_DRAFTERS and draft is None:
             raise BadSetting(f"drafter '{drafter}' needs a draft model (or choose drafter ngram or none)")
-        if drafter == PHRASES and getattr(draft, "phrases", None) is None:
-            raise BadSetting(f"{draft.name} has no table of its target's phrases ({PHRASES_FILE}; `specdesk distill` "
-                             f"writes one): choose another drafter")
+        # the draft's table of the target's phrases (core/phrases.py)
+        self.phrases = phrases if phrases is not None else getattr(draft, "phrases", None)
+        if drafter == PHRASES and self.phrases is None:
+            raise BadSetting(f"{draft.name if draft is not None else 'the draft'} has no table of its target's phrases "
+                             f"({PHRASES_FILE}; `specdesk distill` writes one): choose another drafter")
         if not (1 <= ngram_min <= ngram_max <= 16):
             raise BadSetting(f"n-gram sizes must satisfy 1 <= min ({ngram_min}) <= max ({ngram_max}) <= 16")
         self.target = target
@@ -50,7 +55,6 @@ class Engine:
         self.compatibility: Compatibility | None = None
         self._runner = TargetRunner(target.model, target.vocab, lean=lean_target)
         self._model_drafter: ModelDrafter | None = None
-        self.phrases = getattr(draft, "phrases", None)  # the draft's table of the target's phrases (core/phrases.py)
         self._adaptive: dict[tuple[str, str], AdaptiveK] = {}
         self._costs: AdaptiveK | None = None  # what warm_up's lesson taught: each new k=auto but a tree's starts from it
         if draft is not None:
@@ -88,9 +92,8 @@ class Engine:
             seq.cached = None
 
     def available_drafters(self) -> tuple[str, ...]:
-        if self._model_drafter is None:
-            return ("ngram", "none")
-        return DRAFTERS if self.phrases is not None else tuple(d for d in DRAFTERS if d != PHRASES)
+        return tuple(d for d in DRAFTERS if (d not in MODEL_DRAFTERS or self._model_drafter is not None)
+                     and (d != PHRASES or self.phrases is not None))
 
     # warm_up's lesson for k=auto: plain steps (the first few after a prefill run slow and are not learnt), then
     # k = 1 .. 4 (each k's first step pays the draft's catch-up and is not learnt either): ~30 passes
@@ -281,9 +284,8 @@ class Engine:
         draft = None
         if self.draft is not None:
             draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target}
-            if self.phrases is not None:
-                draft["phrases"] = {"contexts": len(self.phrases), **self.phrases.info}
-        return {"target": self.target.describe(), "draft": draft,
+        phrases = None if self.phrases is None else {"contexts": len(self.phrases), **self.phrases.info}
+        return {"target": self.target.describe(), "draft": draft, "phrases": phrases,
                 "drafter": self.drafter, "device": self.device,
                 "ngram": {"max_n": self.ngram[0], "min_n": self.ngram[1]},
                 "lean_draft": self._model_drafter.uses_lean_path if self._model_drafter else None,
@@ -326,8 +328,16 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     drafter, draft = resolve_drafter(target, draft, drafter)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
-    d = None
-    if draft is not None:
+    d = table = None
+    if draft is not None and drafter == PHRASES:  # it runs no model: only the draft folder's table is read
+        from specdesk.core import phrases
+
+        say(f"reading the table of the target's phrases in {draft}")
+        table = phrases.find(resolve(draft))
+        if table is None:
+            raise BadSetting(f"{Path(draft).name} has no table of its target's phrases ({PHRASES_FILE}; `specdesk "
+                             f"distill` writes one): choose another drafter")
+    elif draft is not None:
         say(f"loading draft {draft}")
         from specdesk.core.distill.draft import borrow_info
 
@@ -340,4 +350,4 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
             d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)
     say("checking compatibility")
     return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft,
-                  lean_target=lean_target)
+                  lean_target=lean_target, phrases=table)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
-from specdesk.core.pairing import HYBRID, resolve_drafter
+from specdesk.core.pairing import HYBRID, PHRASES, resolve_drafter
 from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
@@ -392,6 +392,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     if drafter == HYBRID:  # the draft model with prompt lookup beside it: the same models in memory
         drafter = "model"
+    elif drafter == PHRASES:  # the draft folder's table only (host memory, ~7 MB for SmolLM2's): no model loaded
+        drafter, draft = "ngram", None
     t_spec = QuantSpec.parse(target_quant, double_quant)
     d_spec = QuantSpec.parse(draft_quant, double_quant)
     pdtype = resolve_plan_dtype(dtype, device)
