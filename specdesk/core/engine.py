@@ -23,8 +23,7 @@ from specdesk.core.events import DoneEvent, Event, GenerationResult, StepEvent
 from specdesk.core.kcontrol import FixedK
 from specdesk.core.loading import LoadedModel, load_borrowing_draft, load_model, resolve
 from specdesk.core.membudget import MemoryBudget, guarded
-from specdesk.core.pairing import (DRAFTERS, HYBRID, MODEL_DRAFTERS, NEEDS_DRAFT, PHRASES, may_take_own_draft,
-                                   resolve_drafter)
+from specdesk.core.pairing import DRAFTERS, HYBRID, MODEL_DRAFTERS, PHRASES, may_take_own_draft, resolve_drafter
 from specdesk.core.phrases import FILE as PHRASES_FILE
 from specdesk.core.settings import GenerationSettings
 from specdesk.core.target import TargetRunner
