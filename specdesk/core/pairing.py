@@ -8,7 +8,7 @@ HYBRID = "model+lookup"  # the draft model, and prompt lookup's continuation whe
 PHRASES = "phrases"  # prompt lookup, then a distilled draft's table of the target's own phrases (no model pass)
 DRAFTERS = ("model", HYBRID, PHRASES, "ngram", "none")
 MODEL_DRAFTERS = ("model", HYBRID)  # the drafters that draft with a draft model
-NEEDS_DRAFT = (*MODEL_DRAFTERS, PHRASES)  # the drafters that need a draft folder loaded (phrases: for its table)
+NEEDS_DRAFT = (*MODEL_DRAFTERS, PHRASES)  # the drafters that need a draft folder (phrases: only its table is read)
 
 
 def default_drafter(has_draft: bool) -> str:
