@@ -55,14 +55,16 @@ def test_the_command_line_drafts_with_it_when_no_draft_is_given(smollm2_gguf, ti
     assert own_draft(str(smollm2_gguf)) == str(DRAFT)
     assert own_draft(str(tiny_target)) is None and own_draft("demo-target") is None
     converted_folder(smollm2_gguf, torch.float32)  # once here (cached if another test did), not in both processes
-    extras = ((), ("--drafter", "ngram"))
+    extras = ((), ("--drafter", "ngram"), ("--drafter", "phrases"))
     done = specdesk_side_by_side(*(["generate", "--target", str(smollm2_gguf), "--prompt", "Hi", "--max-new-tokens",
                                     "4", "--json", *extra] for extra in extras))
     runs = {}
     for extra, r in zip(extras, done):
         assert r.returncode == 0, r.stderr
         runs[extra] = (json.loads(r.stdout)["drafter"], "drafting with smollm2-135m-instruct-draft" in r.stderr)
-    assert runs == {(): ("model+lookup", True), ("--drafter", "ngram"): ("ngram", False)}
+    assert runs == {(): ("model+lookup", True), ("--drafter", "ngram"): ("ngram", False),
+                    ("--drafter", "phrases"): ("phrases", False)}
+    assert "drafting with the table of this model's phrases in smollm2-135m-instruct-draft" in done[2].stderr
 
 
 def test_the_app_started_with_the_target_loads_its_draft(smollm2_gguf, tiny_target, tiny_draft):  # noqa: F811

@@ -75,7 +75,8 @@ def use_own_draft(args, say) -> None:
     found = own_draft(args.target)
     if found is not None:
         args.draft = found
-        say(f"drafting with {Path(found).name}, distilled for this model (--drafter ngram or none: without it)")
+        what = f"the table of this model's phrases in {Path(found).name}" if args.drafter == "phrases" else Path(found).name
+        say(f"drafting with {what}, distilled for this model (--drafter ngram or none: without it)")
 
 
 def load_engine(args, progress=None):

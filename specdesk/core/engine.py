@@ -323,7 +323,8 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
 
         draft = own_draft(target)
         if draft is not None:
-            say(f"drafting with {Path(draft).name}, distilled for this model")
+            what = f"the table of this model's phrases in {Path(draft).name}" if drafter == PHRASES else Path(draft).name
+            say(f"drafting with {what}, distilled for this model")
     drafter, draft = resolve_drafter(target, draft, drafter)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
