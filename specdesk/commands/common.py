@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from specdesk.core.loading import DTYPES, QUANTS
+from specdesk.core.pairing import DRAFTERS
 from specdesk.core.tree import SUGGESTED, widths_text
 
 SUGGESTED_TREE = widths_text(SUGGESTED)
@@ -28,7 +28,7 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
     g = p.add_argument_group("models")
     g.add_argument("--target", default=default_target, help=f"target model: {target_help}")
     g.add_argument("--draft", default=None, help="draft model (same tokenizer); default demo-draft for demo-target")
-    g.add_argument("--drafter", choices=("model", "model+lookup", "phrases", "ngram", "none"), default=None,
+    g.add_argument("--drafter", choices=DRAFTERS, default=None,
                    help="model (a draft model), model+lookup (the draft model, and prompt lookup where the text "
                         "repeats; the default with a draft), phrases (prompt lookup, then a distilled draft's table "
                         "of the target's own phrases; no model pass), ngram (prompt lookup, no extra model; the "
@@ -70,13 +70,12 @@ def use_own_draft(args, say) -> None:
 
     if not may_take_own_draft(args.target, args.draft, args.drafter):
         return
-    from specdesk.core.discovery import own_draft
+    from specdesk.core.discovery import drafting_with, own_draft
 
     found = own_draft(args.target)
     if found is not None:
         args.draft = found
-        what = f"the table of this model's phrases in {Path(found).name}" if args.drafter == "phrases" else Path(found).name
-        say(f"drafting with {what}, distilled for this model (--drafter ngram or none: without it)")
+        say(f"{drafting_with(found, args.drafter)} (--drafter ngram or none: without it)")
 
 
 def load_engine(args, progress=None):

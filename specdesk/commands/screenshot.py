@@ -15,6 +15,7 @@ from pathlib import Path
 
 from specdesk.core.errors import SpecdeskError
 from specdesk.core.loading import QUANTS
+from specdesk.core.pairing import DRAFTERS
 
 DEFAULT_PROMPT = ('import os\n\n\ndef list_python_files(root):\n    """Return the paths of the .py files under root."""\n'
                   "    found = []\n")
@@ -30,7 +31,7 @@ def add_parser(sub) -> None:
                         "chat (each reply compared with plain decoding), and the window shows the last")
     p.add_argument("--max-new-tokens", type=int, default=160)
     p.add_argument("--k", default="auto", help="draft tokens per step, or auto (the default)")
-    p.add_argument("--drafter", default=None, choices=("model", "model+lookup", "phrases", "ngram", "none"),
+    p.add_argument("--drafter", default=None, choices=DRAFTERS,
                    help="who drafts, as the window's Drafter box (default: what the app picks for the pair)")
     p.add_argument("--target", default="demo-target")
     p.add_argument("--draft", default=None, help="default: demo-draft for demo-target, the bundled draft distilled for the "

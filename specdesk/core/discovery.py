@@ -330,6 +330,14 @@ def distilled_for(draft: str | Path, target: str | Path) -> bool:
     return bool(want) and want == _target_sha256(Path(target))
 
 
+def drafting_with(found: str, drafter: str | None) -> str:
+    """The line that says a bundled draft found by :func:`own_draft` is used (of it, drafter "phrases" reads only its
+    table of the target's phrases)."""
+    name = Path(found).name
+    what = f"the table of this model's phrases in {name}" if drafter == "phrases" else name
+    return f"drafting with {what}, distilled for this model"
+
+
 def own_draft(target: str) -> str | None:
     """The bundled draft distilled for exactly ``target`` (its card names the target file's sha256), or None: what
     `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: its vocabulary

@@ -30,6 +30,12 @@ from specdesk.core.target import TargetRunner
 
 
 
+def no_phrases(name: str) -> BadSetting:
+    """Drafter "phrases" asked of a draft without a table of its target's phrases: one line that says what to do."""
+    return BadSetting(f"{name} has no table of its target's phrases ({PHRASES_FILE}; `specdesk distill` writes one): "
+                      f"choose another drafter")
+
+
 class Engine:
     def __init__(self, target: LoadedModel, draft: LoadedModel | None = None, drafter: str = "model",
                  ngram_max: int = 4, ngram_min: int = 2, lean_draft: bool = True, lean_target: bool = True,
@@ -43,8 +49,7 @@ class Engine:
         # the draft's table of the target's phrases (core/phrases.py)
         self.phrases = phrases if phrases is not None else getattr(draft, "phrases", None)
         if drafter == PHRASES and self.phrases is None:
-            raise BadSetting(f"{draft.name if draft is not None else 'the draft'} has no table of its target's phrases "
-                             f"({PHRASES_FILE}; `specdesk distill` writes one): choose another drafter")
+            raise no_phrases(draft.name if draft is not None else "the draft")
         if not (1 <= ngram_min <= ngram_max <= 16):
             raise BadSetting(f"n-gram sizes must satisfy 1 <= min ({ngram_min}) <= max ({ngram_max}) <= 16")
         self.target = target
@@ -124,7 +129,7 @@ class Engine:
                                       phrases=self.phrases)
         if name == PHRASES:
             if self.phrases is None:
-                raise BadSetting("this engine's draft has no table of its target's phrases; use drafter ngram or none")
+                raise no_phrases("this engine's draft")
             return PhraseDrafter(self._runner.device, self.phrases, *self.ngram)
         if name == "model":
             if self._model_drafter is None:
@@ -319,12 +324,11 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     """
     say = progress or (lambda msg: None)
     if may_take_own_draft(target, draft, drafter):
-        from specdesk.core.discovery import own_draft
+        from specdesk.core.discovery import drafting_with, own_draft
 
         draft = own_draft(target)
         if draft is not None:
-            what = f"the table of this model's phrases in {Path(draft).name}" if drafter == PHRASES else Path(draft).name
-            say(f"drafting with {what}, distilled for this model")
+            say(drafting_with(draft, drafter))
     drafter, draft = resolve_drafter(target, draft, drafter)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
@@ -335,8 +339,7 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         say(f"reading the table of the target's phrases in {draft}")
         table = phrases.find(resolve(draft))
         if table is None:
-            raise BadSetting(f"{Path(draft).name} has no table of its target's phrases ({PHRASES_FILE}; `specdesk "
-                             f"distill` writes one): choose another drafter")
+            raise no_phrases(Path(draft).name)
     elif draft is not None:
         say(f"loading draft {draft}")
         from specdesk.core.distill.draft import borrow_info

@@ -14,7 +14,7 @@ here, would only make a bad guess).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -78,10 +78,6 @@ class PhraseTable:
             out.append(tok)
             tail = tail[1:] + [tok] if len(tail) >= self.max_n else tail + [tok]
         return out
-
-    def nbytes(self) -> int:
-        """Bytes the table's arrays take (the lookup dict on top: ~100 bytes an entry in CPython)."""
-        return self.keys.nbytes + self.tokens.nbytes + self.shares.nbytes
 
     # ------------------------------------------------------------------ files
 
@@ -181,14 +177,16 @@ def find(folder: Path) -> PhraseTable | None:
         raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or rebuild the draft") from exc
 
 
-def from_work_dirs(dirs: Iterable[Path], **settings) -> PhraseTable:
-    """A table from the training replies of `specdesk distill` work folders (their .distill/data shards)."""
-    import torch
+def work_dir_samples(folder: Path) -> Iterator[tuple[list[int], list[int]]]:
+    """(prompt, reply) of every training reply a `specdesk distill` work folder holds (its data shards)."""
+    from specdesk.core.distill.workdir import WorkDir
 
-    def samples():
-        for d in dirs:
-            for shard in sorted((Path(d) / ".distill" / "data").glob("train-*.pt")):
-                for s in torch.load(shard, weights_only=False):
-                    s = s if isinstance(s, dict) else s.to_dict()
-                    yield s["prompt"], s["reply"]
-    return build(samples(), **settings)
+    work = WorkDir(folder)
+    for name in work.train_shards():
+        for s in work.load_shard(name):
+            yield s.prompt, s.reply
+
+
+def from_work_dirs(dirs: Iterable[Path], **settings) -> PhraseTable:
+    """A table from the training replies of `specdesk distill` work folders."""
+    return build((pair for d in dirs for pair in work_dir_samples(d)), **settings)

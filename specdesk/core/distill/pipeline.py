@@ -153,14 +153,15 @@ def prompt_set_for(cfg: DistillConfig) -> str:
     return DEFAULT_PROMPT_SET
 
 
-def phrase_sources(out: Path, init_from: str | None) -> list[Path]:
-    """The work folders whose training replies make the draft's phrase table: this run's, and the one it started
-    from where that folder still holds its data (a draft trained in two runs counts both runs' replies)."""
-    dirs = [Path(out)]
+def earlier_replies(out: Path, init_from: str | None) -> list[tuple[list[int], list[int]]]:
+    """The training replies of the run this one started from (``init_from``), where its work folder still holds
+    them: a draft trained in two runs counts both runs' replies in its phrase table."""
+    from specdesk.core import phrases
+
     start = Path(init_from) if init_from else None
-    if start is not None and (start / ".distill" / "data").is_dir() and start.resolve() != Path(out).resolve():
-        dirs.append(start)
-    return dirs
+    if start is None or not (start / ".distill" / "data").is_dir() or start.resolve() == Path(out).resolve():
+        return []
+    return list(phrases.work_dir_samples(start))
 
 
 def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterator[DistillEvent]:
@@ -250,7 +251,8 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     yield DistillEvent("write", "counting the target's phrases in its replies")
     from specdesk.core import phrases
 
-    phrases.from_work_dirs(phrase_sources(out, cfg.init_from)).save(out / phrases.FILE)
+    replies = [(s.prompt, s.reply) for s in trainer.train] + earlier_replies(out, cfg.init_from)  # this run's: in memory
+    phrases.build(replies).save(out / phrases.FILE)
     write_card(out, cfg, trainer, target_name=target.name, target_source=source, target_sha256=sha,
                cpu=cpu_description(), torch_threads=torch.get_num_threads())
     from specdesk.core import userdirs
