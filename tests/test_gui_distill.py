@@ -62,3 +62,19 @@ def test_an_eagle_head_from_the_dialog_and_resume_keeps_its_kind(qtbot, tmp_path
     qtbot.addWidget(again)
     again.out_edit.setText(str(tmp_path / "head"))
     assert again.kind.currentData() == "eagle" and not again.kind.isEnabled() and again.resume_button.isEnabled()
+    assert again.prompt_set.currentData() == "varied" and not again.prompt_set.isEnabled()  # the run's own set
+
+
+def test_prompts_the_model_writes_itself_need_a_chat_template_and_the_dialog_says_so(qtbot, tmp_path):
+    from specdesk.qt.distill_dialog import DistillDialog
+
+    target = make_llama(tmp_path / "target", hidden=32, layers=1, heads=2, kv_heads=1, intermediate=64, seed=5)
+    dlg = DistillDialog(None, str(target), overrides={**SMALL, "steps": 3})
+    qtbot.addWidget(dlg)
+    dlg.out_edit.setText(str(tmp_path / "draft"))
+    assert dlg.prompt_set.currentData() == "varied"  # the default
+    dlg.prompt_set.setCurrentIndex(dlg.prompt_set.findData("self"))
+    dlg.start_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
+    assert dlg.error is not None and "needs a target with a chat template" in dlg.error
+    assert dlg.start_button.isEnabled() and not dlg.resume_button.isEnabled()  # nothing half-made to resume

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from specdesk.core.distill.prompts import PROMPT_SETS
 from specdesk.core.errors import BadSetting
 
 
@@ -38,11 +39,12 @@ def add_parser(sub) -> None:
     p.add_argument("--skip-prompts", type=int, default=None, metavar="N",
                    help="leave out the first N training prompts of the seeded list (those the --init-from draft "
                         "was trained on: its distill.json says how many), so the target answers new ones")
-    p.add_argument("--prompt-set", choices=("templates", "varied"), default=None,
+    p.add_argument("--prompt-set", choices=PROMPT_SETS, default=None,
                    help="the prompts the target answers: varied (the default; resuming, the set the run began with): "
                         "the templates and 14 more kinds of request (advice, comparisons, short writing, fixes, "
-                        "recommendations, sums, plans, definitions, commands, ...), or templates alone (explain, "
-                        "code, rewrite, list, questions)")
+                        "recommendations, sums, plans, definitions, commands, ...); templates alone (explain, "
+                        "code, rewrite, list, questions); or self: messages the target writes itself where its chat "
+                        "template starts a user's turn (its own kind of request: a fine-tune's domain, its language)")
     p.add_argument("--head-vocab", type=int, default=None,
                    help="tokens the draft's head predicts, the most frequent in the replies (default 8192; 0: all)")
     p.add_argument("--standalone", metavar="DRAFT", default=None,

@@ -83,6 +83,13 @@ class DistillDialog(QDialog):
         self.kind.addItem("Draft model: layers of its own (any engine)", "draft")
         self.kind.addItem("EAGLE head: reads the target's hidden states (specdesk)", "eagle")
         form.addRow("Kind", self.kind)
+        self.prompt_set = QComboBox()
+        self.prompt_set.addItem("Varied chat: 19 kinds of request from specdesk's templates", "varied")
+        self.prompt_set.addItem("The model's own: requests it writes itself (its domain, its language)", "self")
+        self.prompt_set.addItem("Templates: code, rewriting, explaining, lists, questions", "templates")
+        self.prompt_set.setToolTip("What the target answers for the draft to learn from. \"The model's own\" suits "
+                                   "a fine-tune: it writes the kind of request it was tuned on.")
+        form.addRow("Prompts", self.prompt_set)
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setFormat("")
@@ -131,13 +138,15 @@ class DistillDialog(QDialog):
     def _update_buttons(self) -> None:
         out = Path(self.out_edit.text()).expanduser()
         can_resume = (out / ".distill" / "settings.json").exists()
-        if can_resume:  # a run goes on with the kind it started with
+        if can_resume:  # a run goes on with the kind and the prompts it started with
             try:
-                kind = json.loads((out / ".distill" / "settings.json").read_text()).get("kind", "draft")
+                settings = json.loads((out / ".distill" / "settings.json").read_text())
             except (OSError, ValueError):
-                kind = "draft"
-            self.kind.setCurrentIndex(max(0, self.kind.findData(kind)))
+                settings = {}
+            self.kind.setCurrentIndex(max(0, self.kind.findData(settings.get("kind", "draft"))))
+            self.prompt_set.setCurrentIndex(max(0, self.prompt_set.findData(settings.get("prompts", "templates"))))
         self.kind.setEnabled(not self.running and not can_resume)
+        self.prompt_set.setEnabled(not self.running and not can_resume)
         self.start_button.setEnabled(not self.running and not can_resume)
         self.resume_button.setEnabled(not self.running and can_resume)
         self.cancel_button.setEnabled(self.running)
@@ -148,7 +157,8 @@ class DistillDialog(QDialog):
         if self.running:
             return
         cfg = DistillConfig(target=self.target, out=Path(self.out_edit.text()).expanduser(), resume=resume,
-                            minutes=self.minutes.value(), kind=self.kind.currentData())
+                            minutes=self.minutes.value(), kind=self.kind.currentData(),
+                            prompts=None if resume else self.prompt_set.currentData())
         for key, value in self.overrides.items():
             setattr(cfg, key, value)
         cfg.prompts = prompt_set_for(cfg)  # a resumed run answers the set it began with

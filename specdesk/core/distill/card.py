@@ -10,7 +10,22 @@ from pathlib import Path
 _KINDS = {"templates": "coding, rewriting, explaining, lists, questions",
           "varied": "the prompt set \"varied\": coding, rewriting, explaining, lists, questions, advice, comparisons, "
                     "short writing, fixes, recommendations, sums, decisions, descriptions, why-questions, "
-                    "definitions, plans, programming concepts, commands, role-play"}
+                    "definitions, plans, programming concepts, commands, role-play",
+          "self": "the prompt set \"self\": a user's messages as the target writes them when its chat template "
+                  "starts one, sampled at temperature 0.8"}
+
+
+def _source(prompt_set: str) -> str:
+    """Where the card's prompts came from, and what they ask, up to the parenthesis' first semicolon."""
+    if prompt_set == "self":
+        return f"the target wrote itself\n  (`specdesk/core/distill/selfprompts.py`: {_KINDS['self']}"
+    return f"written from templates in\n  `specdesk/core/distill/prompts.py` ({_KINDS[prompt_set]}"
+
+
+def _held_out(prompt_set: str) -> str:
+    if prompt_set == "self":
+        return "the first prompts the target wrote (no training prompt repeats one)"
+    return "subjects no training prompt uses"
 
 
 def write_card(out: Path, cfg, trainer, *, target_name: str, target_source: Path, target_sha256: str, cpu: str,
@@ -57,11 +72,10 @@ whole head):
 
     {cfg.command or "(from the Python API)"}
 
-- Data: the target's own replies to {len(trainer.train)} chat prompts written from templates in
-  `specdesk/core/distill/prompts.py` ({_KINDS[prompt_set]}; replies {sampled},
+- Data: the target's own replies to {len(trainer.train)} chat prompts {_source(prompt_set)}; replies {sampled},
   the rest greedy), at most {cfg.max_new_tokens} new tokens each: {trainer.train_tokens} reply
-  tokens, with the target's top-{cfg.topk} distribution at every position. Held out: {held_greedy} prompts on
-  subjects no training prompt uses (greedy replies, {trainer.held_tokens} tokens). Seed {cfg.seed}.
+  tokens, with the target's top-{cfg.topk} distribution at every position. Held out: {held_greedy} prompts,
+  {_held_out(prompt_set)} (greedy replies, {trainer.held_tokens} tokens). Seed {cfg.seed}.
 - Loss: forward KL to the target's top-{cfg.topk} distribution (restricted to the head's tokens), on reply
   positions only; AdamW, lr {cfg.lr}, {cfg.batch} replies per step, cosine decay.
 - Training: {trainer.step} steps, {trainer.elapsed / 60:.1f} minutes of training on {cpu} ({torch_threads} torch

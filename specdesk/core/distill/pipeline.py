@@ -129,9 +129,9 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
     if cfg.skip_prompts < 0:
         raise BadSetting("--skip-prompts must be 0 or more")
-    from specdesk.core.distill.prompts import templates_of
+    from specdesk.core.distill.prompts import check
 
-    templates_of(cfg.prompts)  # an unknown prompt set is refused here, before the target loads
+    check(cfg.prompts)  # an unknown prompt set is refused here, before the target loads
 
 
 DEFAULT_PROMPT_SET = "varied"
@@ -186,11 +186,36 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     # The target answers in bfloat16 on CUDA and on CPUs with AMX (890 vs 620 tokens/s at a batch of 128, SmolLM2
     # on 2 Xeon cores), else in float32 (training uses bf16 autocast where the target does).
     target = load_model(cfg.target, dtype=data_dtype(device), device=device)
+    if cfg.prompts == "self":
+        from specdesk.core.distill.selfprompts import user_prefix
+
+        user_prefix(target.tokenizer)  # a target without a chat template is refused before the work folder is made
     work.start(cfg.data_settings(sha), cfg.resume)
 
     # ---- data
-    held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed, prompt_set=cfg.prompts)
-    train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed, prompt_set=cfg.prompts)[cfg.skip_prompts:]
+    if cfg.prompts == "self":
+        from specdesk.core.distill import selfprompts
+
+        path, need = work.root / selfprompts.FILE, cfg.held_out_prompts + cfg.skip_prompts + cfg.train_prompts
+        t0 = time.perf_counter()
+        for kept, _ in selfprompts.write(target.model, target.tokenizer, path, need, seed=cfg.seed,
+                                         eos_ids=target.eos_ids):
+            if cancel.is_set():
+                yield DistillEvent("done", "cancelled while the target wrote prompts", out=str(out))
+                return
+            rate = kept / max(time.perf_counter() - t0, 1e-9)
+            yield DistillEvent("data", f"target wrote {kept} of {need} prompts for itself", fraction=kept / need,
+                               eta_s=(need - kept) / rate if rate > 0 else None)
+        written = selfprompts.load(path)["prompts"]
+        if len(written) <= cfg.held_out_prompts:
+            raise BadSetting(f"the target wrote only {len(written)} distinct prompts; use --prompt-set varied")
+        # held out: the first ones written (the same however many training prompts a resumed run adds)
+        held = written[:cfg.held_out_prompts]
+        train = written[cfg.held_out_prompts + cfg.skip_prompts:need]
+    else:
+        held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed, prompt_set=cfg.prompts)
+        train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed,
+                             prompt_set=cfg.prompts)[cfg.skip_prompts:]
     jobs = [("held-out", held, 0.0)] + training_jobs(train, cfg.train_prompts, cfg.answer_batch, cfg.sampled_every)
     todo = sum(len(p) for name, p, _ in jobs if not work.shard_path(name).exists())
     t0, done = time.perf_counter(), 0

@@ -327,18 +327,28 @@ FREE_PROMPTS = [
 ]
 
 
-PROMPT_SETS = ("templates", "varied")  # "varied": TEMPLATES and VARIED_TEMPLATES together, every kind alike
+TEMPLATE_SETS = ("templates", "varied")  # "varied": TEMPLATES and VARIED_TEMPLATES together, every kind alike
+# "self": messages the target writes itself (distill/selfprompts.py), no templates
+PROMPT_SETS = TEMPLATE_SETS + ("self",)
 
 
 def templates_of(prompt_set: str) -> tuple[dict, dict]:
-    """(templates by kind, fields) of a prompt set; an unknown name is a BadSetting."""
+    """(templates by kind, fields) of a template prompt set; another name is a BadSetting."""
     if prompt_set == "templates":
         return TEMPLATES, FIELDS
     if prompt_set == "varied":
         return {**TEMPLATES, **VARIED_TEMPLATES}, {**FIELDS, **VARIED_FIELDS}
     from specdesk.core.errors import BadSetting
 
-    raise BadSetting(f"unknown prompt set {prompt_set!r}: use {' or '.join(PROMPT_SETS)}")
+    if prompt_set == "self":
+        raise BadSetting("the prompt set self has no templates: the target writes its prompts (distill.selfprompts)")
+    raise BadSetting(f"unknown prompt set {prompt_set!r}: use {', '.join(PROMPT_SETS)}")
+
+
+def check(prompt_set: str) -> None:
+    """An unknown prompt set's name is a BadSetting."""
+    if prompt_set not in PROMPT_SETS:
+        templates_of(prompt_set)
 
 
 def fingerprint(prompt_set: str = "templates") -> str:
@@ -346,6 +356,10 @@ def fingerprint(prompt_set: str = "templates") -> str:
     prompts must extend the list it began with)."""
     import hashlib
 
+    if prompt_set == "self":
+        from specdesk.core.distill.selfprompts import VERSION
+
+        return hashlib.sha256(VERSION.encode()).hexdigest()[:16]
     templates, fields = templates_of(prompt_set)
     text = repr((sorted(templates.items()), sorted(fields.items()), HELD_OUT_EVERY, SHARED_FIELDS))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
