@@ -350,6 +350,12 @@ def test_listed_first_for_its_target_and_planned_without_the_shared_tensors(dist
     p = plan(str(distill_target), str(out), device="cpu", budget_bytes=2**33, recommend=False)
     own = sum(t.numel() for n, t in _own_tensors(out).items())
     assert p.draft.params == own  # layers, norm and the head's 512 rows; not the target's embeddings
+    from specdesk.core import phrases
+
+    table = [b for _, label, b in p.rows() if "phrases" in label]  # the folder's table, loaded with the draft
+    assert table == [phrases.find(out).resident_bytes()] and table[0] > 0
+    gpu = plan(str(distill_target), str(out), device="cuda", budget_bytes=2**33, recommend=False)
+    assert not [r for r in gpu.rows() if "phrases" in r[1]] and any("host memory" in n for n in gpu.notes)
 
 
 def _own_tensors(out: Path) -> dict:

@@ -205,3 +205,25 @@ def test_drafter_phrases_reads_only_the_table_and_loads_no_draft_model(tiny_engi
         specdesk.load(str(tiny_target), str(tmp_path), drafter="phrases", device="cpu")
     p = plan(str(tiny_target), str(folder), drafter="phrases", device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
     assert p.draft is None and p.drafter == "ngram"
+    row = [b for _, label, b in p.rows() if "phrases" in label]
+    assert row == [phrases.resident_bytes(folder)] and row[0] > 0  # the table, in host memory, counted
+    lookup = plan(str(tiny_target), drafter="ngram", device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
+    assert p.total_bytes - lookup.total_bytes == row[0]
+
+
+def test_the_memory_a_loaded_table_takes_is_what_the_planner_counts(tmp_path):
+    """resident_bytes (the planner's figure) against tracemalloc's count of what loading the table allocated."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    # 30,000 replies of 12 tokens from a small vocabulary: many contexts, tokens below and above 256
+    samples = [([1, 2], rng.integers(0, 3000, 12).tolist()) for _ in range(3000)] * 6
+    phrases.build(samples, min_count=6).save(tmp_path / phrases.FILE)
+    tracemalloc.start()
+    table = phrases.find(tmp_path)
+    traced, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(table) > 10_000
+    assert abs(table.resident_bytes() - traced) < 0.01 * traced
+    assert phrases.resident_bytes(tmp_path) == table.resident_bytes()
+    assert phrases.resident_bytes(tmp_path / "nowhere") == 0

@@ -58,6 +58,21 @@ class PhraseTable:
     def __len__(self) -> int:
         return len(self._next)
 
+    def resident_bytes(self) -> int:
+        """The bytes this table holds in memory: its arrays, the lookup dict and the int objects in it (tokens from
+        -5 to 256 are Python's shared ones). What the planner counts for it; tracemalloc agrees (tested)."""
+        import sys
+
+        # CPython allocates a one-digit int (|v| < 2**30) as the whole struct, 8-aligned (32 bytes where getsizeof
+        # says 28); a longer one at its size
+        small = -(-sys.getsizeof(1) // 8) * 8
+
+        def size(v: int) -> int:
+            return small if -(1 << 30) < v < (1 << 30) else sys.getsizeof(v)
+
+        ints = sum(size(k) for k in self._next) + sum(size(t) for t in self._next.values() if not -5 <= t <= 256)
+        return self.keys.nbytes + self.tokens.nbytes + self.shares.nbytes + sys.getsizeof(self._next) + ints
+
     def next_token(self, tail: Sequence[int]) -> int | None:
         """The next token after the longest kept context ``tail`` ends with, or None."""
         hit = None
@@ -175,6 +190,26 @@ def find(folder: Path) -> PhraseTable | None:
         return PhraseTable.load(path)
     except Exception as exc:  # safetensors' errors, a missing array, a bad header
         raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or rebuild the draft") from exc
+
+
+_RESIDENT: dict[tuple, int] = {}
+
+
+def resident_bytes(folder: Path) -> int:
+    """The memory the phrase table in ``folder`` takes once loaded (0 where it has none, or one that does not read:
+    loading says so), remembered per file (the planner asks for every setting it tries)."""
+    path = Path(folder) / FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return 0
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _RESIDENT:
+        try:
+            _RESIDENT[key] = PhraseTable.load(path).resident_bytes()
+        except Exception:  # a broken file: loading the draft reports it in one line
+            _RESIDENT[key] = 0
+    return _RESIDENT[key]
 
 
 def work_dir_samples(folder: Path) -> Iterator[tuple[list[int], list[int]]]:

@@ -23,7 +23,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+from specdesk.core import phrases
 from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
 from specdesk.core.pairing import HYBRID, PHRASES, resolve_drafter
@@ -203,9 +205,15 @@ class _Config:
     drafting: bool
     overheads: Overheads
     leaves: int = 0  # a draft tree's leaves per verify pass (core/tree.py): extra KV slots and logits rows
+    # host memory of the table of the target's phrases (core/phrases.py) a distilled draft's folder brings; None:
+    # that of ``draft``'s folder (drafter "phrases" loads the table without the model: the caller gives it)
+    table_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self.cuda = self.device.startswith("cuda")
+        if self.table_bytes is None:
+            self.table_bytes = phrases.resident_bytes(Path(self.draft.path)) \
+                if self.draft is not None and self.draft.borrows and self.draft.path else 0
         t_q4 = self.target_quant.method == "q4"
         if self.cuda and (t_q4 or self.draft_quant.method == "q4"):
             raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
@@ -250,6 +258,8 @@ class _Config:
                      ("cuBLAS workspaces", self.overheads.cuda_workspace_bytes)]
         else:
             fixed = [("runtime (Python, torch, transformers)", self.overheads.cpu_runtime_bytes)]
+            if self.table_bytes:  # a Python dict in host memory: on a GPU it takes none of the budget
+                fixed.append(("the draft's table of the target's phrases (a lookup dict)", self.table_bytes))
         fixed.append((f"allocator headroom ({self.overheads.allocator_headroom:.0%} of tensors)", headroom))
         total = tensors + sum(b for _, b in fixed)
         return {"capacity": cap, "t_kv": t_kv, "d_kv": d_kv, "t_act": t_act, "d_act": d_act,
@@ -385,14 +395,16 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     if device != "cpu" and not str(device).startswith("cuda"):
         raise BadSetting(f"unknown device {device!r}: use cpu, cuda or cuda:N")
     k_int = _check_k(k)
-    from specdesk.core.loading import resolve_quant
+    from specdesk.core.loading import resolve, resolve_quant
 
     target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
     draft_quant = resolve_quant(draft, draft_quant, device, dtype)
     drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
+    table_bytes = None
     if drafter == HYBRID:  # the draft model with prompt lookup beside it: the same models in memory
         drafter = "model"
     elif drafter == PHRASES:  # the draft folder's table only (host memory, ~7 MB for SmolLM2's): no model loaded
+        table_bytes = phrases.resident_bytes(resolve(draft)) if draft is not None else 0
         drafter, draft = "ngram", None
     t_spec = QuantSpec.parse(target_quant, double_quant)
     d_spec = QuantSpec.parse(draft_quant, double_quant)
@@ -423,7 +435,10 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     if leaves:
         notes.append(f"draft tree {widths_text(widths)}: {leaves} more positions verified per step")
 
-    cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves)
+    cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves, table_bytes)
+    if cfg.table_bytes and cfg.cuda:
+        notes.append(f"the draft's table of the target's phrases takes {human_bytes(cfg.table_bytes)} of host "
+                     f"memory (not the GPU's)")
     parts = cfg.parts(context)
     t_plan = _model_plan("target", t_a, t_spec, cfg.t_dtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
                          cfg.t_logits, parts["t_act"], cfg.verify_k, cfg.t_lean, cfg.t_packed)
