@@ -78,3 +78,30 @@ def test_prompts_the_model_writes_itself_need_a_chat_template_and_the_dialog_say
     qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
     assert dlg.error is not None and "needs a target with a chat template" in dlg.error
     assert dlg.start_button.isEnabled() and not dlg.resume_button.isEnabled()  # nothing half-made to resume
+
+
+def test_phrases_only_from_the_dialog(qtbot, tmp_path):
+    """Kind "Phrases only": no training (the time box off), the target's own prompts proposed, the bar filled by
+    answering; the table is written and kept for the target, and a resume keeps the kind."""
+    from specdesk.core import phrases
+    from specdesk.qt.distill_dialog import DistillDialog
+
+    target = make_llama(tmp_path / "target", hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=6)
+    dlg = DistillDialog(None, str(target), overrides={**SMALL, "train_prompts": 48})
+    qtbot.addWidget(dlg)
+    dlg.out_edit.setText(str(tmp_path / "table"))
+    dlg.kind.setCurrentIndex(dlg.kind.findData("phrases"))
+    assert not dlg.minutes.isEnabled() and dlg.prompt_set.currentData() == "self"
+    dlg.prompt_set.setCurrentIndex(dlg.prompt_set.findData("varied"))  # this tiny target has no chat template
+    seen = []
+    dlg.progress.valueChanged.connect(lambda v: seen.append((dlg.last_event.phase, v)))
+    dlg.start_button.click()
+    qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
+    assert dlg.error is None and dlg.last_event.phase == "done" and "phrases" in dlg.last_event.message
+    assert max(v for phase, v in seen if phase == "data") > 900  # answering fills the bar: nothing trains after
+    assert (tmp_path / "table" / phrases.FILE).exists() and phrases.own_table_path(target).exists()
+    assert not (tmp_path / "table" / "model.safetensors").exists()
+    again = DistillDialog(None, str(target))
+    qtbot.addWidget(again)
+    again.out_edit.setText(str(tmp_path / "table"))
+    assert again.kind.currentData() == "phrases" and not again.kind.isEnabled()

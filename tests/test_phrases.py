@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from specdesk.core import phrases
-from specdesk.core.errors import BadModel
+from specdesk.core.errors import BadModel, BadSetting
 
 PROMPT = [1, 2, 3]
 
@@ -227,3 +227,42 @@ def test_the_memory_a_loaded_table_takes_is_what_the_planner_counts(tmp_path):
     assert abs(table.resident_bytes() - traced) < 0.01 * traced
     assert phrases.resident_bytes(tmp_path) == table.resident_bytes()
     assert phrases.resident_bytes(tmp_path / "nowhere") == 0
+
+
+def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path, capsys):
+    """`specdesk distill --phrases-only`: no draft model, the table of the target's phrases in its replies, kept for
+    the target; loading that target without a draft then drafts with it (greedy output still the target's), the
+    planner counts it, and drafter ngram (asked for) leaves it out."""
+    import specdesk
+    from specdesk.cli import main
+    from specdesk.core.plan.planner import plan
+
+    from conftest import make_llama
+
+    target = make_llama(tmp_path / "fine-tune", hidden=64, layers=2, seed=11)
+    out = tmp_path / "phrases"
+    with pytest.raises(BadSetting, match="needs a table of this model's phrases.*--phrases-only"):
+        specdesk.load(str(target), drafter="phrases", device="cpu")
+    rc = main(["distill", "--target", str(target), "--out", str(out), "--phrases-only", "--prompt-set", "varied",
+               "--prompts", "96", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "wrote the table of" in err
+    assert not (out / "model.safetensors").exists() and not (out / "config.json").exists()
+    table = phrases.find(out)
+    kept = phrases.own_table_path(target)
+    assert len(table) > 0 and kept.read_bytes() == (out / phrases.FILE).read_bytes()
+    assert table.info["replies"] == 96 and "--phrases-only" in (out / "README.md").read_text()
+    said: list[str] = []
+    e = specdesk.load(str(target), device="cpu", progress=said.append)
+    assert e.drafter == "phrases" and e.draft is None and len(e.phrases) == len(table)
+    assert any(s.startswith("drafting with the table of this model's phrases") for s in said)
+    for prompt in PROMPTS[:2]:
+        want = e.generate(prompt, drafter="none", max_new_tokens=40).token_ids
+        assert e.generate(prompt, k=4, max_new_tokens=40).token_ids == want
+    p = plan(str(target), device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
+    assert [b for _, label, b in p.rows() if "phrases" in label] == [table.resident_bytes()]
+    assert specdesk.load(str(target), drafter="ngram", device="cpu").phrases is None
+    with pytest.raises(BadSetting, match="takes neither --kind eagle nor --init-from"):
+        from specdesk.core.distill.pipeline import DistillConfig, distill
+
+        list(distill(DistillConfig(target=str(target), out=tmp_path / "x", phrases_only=True, kind="eagle")))

@@ -68,7 +68,7 @@ def test_distill_answers_the_prompts_the_target_wrote(smollm2_gguf, tmp_path):  
                         held_out_prompts=4, max_new_tokens=12, answer_batch=8, layers=1, head_vocab=512, batch=4,
                         eval_every=3, prompts="self")
     events = list(distill(cfg))
-    assert any(e.phase == "data" and "wrote" in e.message for e in events) and events[-1].phase == "done"
+    assert any(e.phase == "prompts" and "wrote" in e.message for e in events) and events[-1].phase == "done"
     work = WorkDir(out)
     written = selfprompts.load(work.root / selfprompts.FILE)["prompts"]
     tok = selfprompts_tokenizer(out)

@@ -41,7 +41,10 @@ def resolve_drafter(target: str, draft: str | None, drafter: str | None) -> tupl
         drafter = default_drafter(draft is not None or target == "demo-target")
     if drafter in NEEDS_DRAFT and draft is None:
         if target != "demo-target":
-            what = "a distilled draft (its phrase table)" if drafter == PHRASES else "a draft model"
-            raise BadSetting(f"drafter '{drafter}' needs {what} (give one, or choose drafter ngram or none)")
+            if drafter == PHRASES:
+                raise BadSetting(f"drafter 'phrases' needs a table of this model's phrases: a distilled draft's, or "
+                                 f"one `specdesk distill --phrases-only --target {target} --out DIR` makes (or "
+                                 f"choose drafter ngram or none)")
+            raise BadSetting(f"drafter '{drafter}' needs a draft model (give one, or choose drafter ngram or none)")
         draft = "demo-draft"
     return drafter, (draft if drafter in NEEDS_DRAFT else None)

@@ -192,13 +192,45 @@ def find(folder: Path) -> PhraseTable | None:
         raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or rebuild the draft") from exc
 
 
+def own_table_path(target_path: Path) -> Path:
+    """Where `specdesk distill --phrases-only` keeps a target's table: the user's data folder, one file per target
+    path (a moved or replaced model only loses the table's speed; verification keeps any output exact)."""
+    import hashlib
+
+    from specdesk.core import userdirs
+
+    path = Path(target_path).resolve()
+    key = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+    return userdirs.data_dir() / "phrases" / f"{path.name.removesuffix('.gguf')}-{key}.safetensors"
+
+
+def for_target(target: str) -> tuple[PhraseTable, Path] | None:
+    """The table `specdesk distill --phrases-only` made for ``target`` (a reference :func:`loading.resolve` takes),
+    and its file; None where there is none. A file that does not read raises BadModel."""
+    from specdesk.core.errors import BadModel, SpecdeskError
+    from specdesk.core.loading import resolve
+
+    try:
+        path = own_table_path(resolve(target))
+    except SpecdeskError:
+        return None
+    if not path.is_file():
+        return None
+    try:
+        return PhraseTable.load(path), path
+    except Exception as exc:
+        raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or run `specdesk distill "
+                       f"--phrases-only` again") from exc
+
+
 _RESIDENT: dict[tuple, int] = {}
 
 
-def resident_bytes(folder: Path) -> int:
-    """The memory the phrase table in ``folder`` takes once loaded (0 where it has none, or one that does not read:
-    loading says so), remembered per file (the planner asks for every setting it tries)."""
-    path = Path(folder) / FILE
+def resident_bytes(where: Path) -> int:
+    """The memory the phrase table in folder ``where`` (or the table file ``where``) takes once loaded (0 where there
+    is none, or one that does not read: loading says so), remembered per file (the planner asks for every setting it
+    tries)."""
+    path = Path(where) / FILE if Path(where).is_dir() else Path(where)
     try:
         st = path.stat()
     except OSError:

@@ -82,6 +82,8 @@ class DistillDialog(QDialog):
         self.kind = QComboBox()
         self.kind.addItem("Draft model: layers of its own (any engine)", "draft")
         self.kind.addItem("EAGLE head: reads the target's hidden states (specdesk)", "eagle")
+        self.kind.addItem("Phrases only: no training, a table of the target's phrases (minutes)", "phrases")
+        self.kind.currentIndexChanged.connect(self._kind_changed)
         form.addRow("Kind", self.kind)
         self.prompt_set = QComboBox()
         self.prompt_set.addItem("Varied chat: 19 kinds of request from specdesk's templates", "varied")
@@ -126,6 +128,7 @@ class DistillDialog(QDialog):
         lay.addLayout(row)
         self.out_edit.textChanged.connect(self._update_buttons)
         self._thread: QThread | None = None
+        self._phrases_only = False
         self.worker: DistillWorker | None = None
         self.last_event = None
         self.error: str | None = None
@@ -135,6 +138,13 @@ class DistillDialog(QDialog):
     def running(self) -> bool:
         return self._thread is not None
 
+    def _kind_changed(self) -> None:
+        """Phrases only: the time box trains nothing, and the target's own prompts suit a table best."""
+        phrases_only = self.kind.currentData() == "phrases"
+        self.minutes.setEnabled(not phrases_only)
+        if phrases_only and self.prompt_set.isEnabled():
+            self.prompt_set.setCurrentIndex(self.prompt_set.findData("self"))
+
     def _update_buttons(self) -> None:
         out = Path(self.out_edit.text()).expanduser()
         can_resume = (out / ".distill" / "settings.json").exists()
@@ -143,7 +153,8 @@ class DistillDialog(QDialog):
                 settings = json.loads((out / ".distill" / "settings.json").read_text())
             except (OSError, ValueError):
                 settings = {}
-            self.kind.setCurrentIndex(max(0, self.kind.findData(settings.get("kind", "draft"))))
+            kind = "phrases" if settings.get("phrases_only") else settings.get("kind", "draft")
+            self.kind.setCurrentIndex(max(0, self.kind.findData(kind)))
             self.prompt_set.setCurrentIndex(max(0, self.prompt_set.findData(settings.get("prompts", "templates"))))
         self.kind.setEnabled(not self.running and not can_resume)
         self.prompt_set.setEnabled(not self.running and not can_resume)
@@ -156,15 +167,21 @@ class DistillDialog(QDialog):
 
         if self.running:
             return
+        phrases_only = self.kind.currentData() == "phrases"
         cfg = DistillConfig(target=self.target, out=Path(self.out_edit.text()).expanduser(), resume=resume,
-                            minutes=self.minutes.value(), kind=self.kind.currentData(),
-                            prompts=None if resume else self.prompt_set.currentData())
+                            minutes=self.minutes.value(), kind="draft" if phrases_only else self.kind.currentData(),
+                            prompts=None if resume else self.prompt_set.currentData(), phrases_only=phrases_only)
+        if phrases_only:
+            from specdesk.core.distill.pipeline import PHRASES_ONLY_PROMPTS
+
+            cfg.train_prompts = PHRASES_ONLY_PROMPTS
         for key, value in self.overrides.items():
             setattr(cfg, key, value)
         cfg.prompts = prompt_set_for(cfg)  # a resumed run answers the set it began with
-        cfg.command = (f"specdesk distill --target {self.target} --out {self.out_edit.text()} "
-                       f"--kind {self.kind.currentData()} --minutes {self.minutes.value():g} --prompt-set {cfg.prompts}"
-                       + (" --resume" if resume else ""))
+        how = "--phrases-only" if phrases_only else f"--kind {cfg.kind} --minutes {self.minutes.value():g}"
+        cfg.command = (f"specdesk distill --target {self.target} --out {self.out_edit.text()} {how} "
+                       f"--prompt-set {cfg.prompts}" + (" --resume" if resume else ""))
+        self._phrases_only = phrases_only
         self.error = None
         self.worker = DistillWorker(cfg)
         self._thread = QThread(self)
@@ -185,8 +202,11 @@ class DistillDialog(QDialog):
 
     def _on_event(self, ev) -> None:
         self.last_event = ev
-        weights = {"load": (0, 0.02), "data": (0.02, 0.3), "features": (0.32, 0.06), "train": (0.38, 0.6),
-                   "write": (0.98, 0.02)}
+        if self._phrases_only:  # answering the prompts is the whole run
+            weights = {"load": (0, 0.02), "prompts": (0.02, 0.2), "data": (0.22, 0.76), "write": (0.98, 0.02)}
+        else:
+            weights = {"load": (0, 0.02), "prompts": (0.02, 0.06), "data": (0.08, 0.24), "features": (0.32, 0.06),
+                       "train": (0.38, 0.6), "write": (0.98, 0.02)}
         start, span = weights.get(ev.phase, (1.0, 0.0))
         if ev.phase == "done":
             value = 1000 if ev.fraction >= 1.0 else self.progress.value()  # finished, or cancelled where it was
@@ -194,7 +214,8 @@ class DistillDialog(QDialog):
             value = int(1000 * (start + span * ev.fraction))
         self.progress.setValue(value)
         eta = _eta(ev.eta_s)
-        label = {"data": "target answering prompts", "features": "target hidden states",
+        label = {"prompts": "target writing prompts", "data": "target answering prompts",
+                 "features": "target hidden states",
                  "train": "training"}.get(ev.phase, ev.phase)
         if ev.phase == "done":  # finished, or cancelled (the bar stays where it stopped)
             self.progress.setFormat("done" if ev.fraction >= 1.0 else "stopped: Resume goes on from the checkpoint")

@@ -3,7 +3,7 @@
     for ev in distill(DistillConfig(target="model.gguf", out=Path("my-draft"), minutes=30)):
         print(ev.phase, ev.fraction, ev.agreement)
 
-Phases: ``load`` the target; ``data``: the target answers the held-out prompts (greedy) and the training prompts
+Phases: ``load`` the target; ``prompts`` (the prompt set "self" only): the target writes its prompts; ``data``: the target answers the held-out prompts (greedy) and the training prompts
 (one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7; more replies than the
 templates have prompts answer them again, sampled: :func:`training_jobs`); ``features`` (an EAGLE
 head only: the target's hidden states on every reply, cached); ``train`` the draft
@@ -46,6 +46,8 @@ class DistillConfig:
     sampled_every: int = 4  # every 4th training batch is answered at temperature 0.7, the rest greedily
     topk: int = 64
     kind: str = "draft"  # "draft": a few layers of its own; "eagle": a one-layer head on the target's hidden states
+    # no draft model: only the table of the target's phrases in its replies (core/phrases.py), kept for the target
+    phrases_only: bool = False
     layers: int = 2  # decoder layers of a draft (an EAGLE head: 1 unless set)
     init_from: str | None = None  # start from this distilled draft's layers, norm and head tokens (draft or EAGLE head)
     head_vocab: int = 8192  # 0: the target's whole vocabulary
@@ -66,7 +68,7 @@ class DistillConfig:
 
 @dataclass(frozen=True)
 class DistillEvent:
-    phase: str  # load, data, train, write, done
+    phase: str  # load, prompts, data, features, train, write, done
     message: str
     fraction: float = 0.0  # of this phase
     step: int = 0
@@ -129,12 +131,17 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
     if cfg.skip_prompts < 0:
         raise BadSetting("--skip-prompts must be 0 or more")
+    if cfg.phrases_only:
+        if cfg.kind != "draft" or cfg.init_from:
+            raise BadSetting("--phrases-only trains nothing: it takes neither --kind eagle nor --init-from")
+        cfg.held_out_prompts = 0  # nothing is measured as it trains
     from specdesk.core.distill.prompts import check
 
     check(cfg.prompts)  # an unknown prompt set is refused here, before the target loads
 
 
 DEFAULT_PROMPT_SET = "varied"
+PHRASES_ONLY_PROMPTS = 3000  # --phrases-only's replies: SmolLM2-135M-Instruct on 2 Xeon cores, ~25 minutes in all
 
 
 def prompt_set_for(cfg: DistillConfig) -> str:
@@ -204,7 +211,7 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
                 yield DistillEvent("done", "cancelled while the target wrote prompts", out=str(out))
                 return
             rate = kept / max(time.perf_counter() - t0, 1e-9)
-            yield DistillEvent("data", f"target wrote {kept} of {need} prompts for itself", fraction=kept / need,
+            yield DistillEvent("prompts", f"target wrote {kept} of {need} prompts for itself", fraction=kept / need,
                                eta_s=(need - kept) / rate if rate > 0 else None)
         written = selfprompts.load(path)["prompts"]
         if len(written) <= cfg.held_out_prompts:
@@ -216,7 +223,8 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
         held = chat_prompts(cfg.held_out_prompts, held_out=True, seed=cfg.seed, prompt_set=cfg.prompts)
         train = chat_prompts(cfg.skip_prompts + cfg.train_prompts, seed=cfg.seed,
                              prompt_set=cfg.prompts)[cfg.skip_prompts:]
-    jobs = [("held-out", held, 0.0)] + training_jobs(train, cfg.train_prompts, cfg.answer_batch, cfg.sampled_every)
+    jobs = [("held-out", held, 0.0)] * bool(held) + \
+        training_jobs(train, cfg.train_prompts, cfg.answer_batch, cfg.sampled_every)
     todo = sum(len(p) for name, p, _ in jobs if not work.shard_path(name).exists())
     t0, done = time.perf_counter(), 0
     tokens = 0
@@ -240,6 +248,10 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
         rate = done / max(time.perf_counter() - t0, 1e-9)
         yield DistillEvent("data", f"target answered {done} of {todo} prompts ({tokens} reply tokens)",
                            fraction=done / max(todo, 1), eta_s=(todo - done) / rate, tokens=tokens)
+
+    if cfg.phrases_only:
+        yield from _write_phrases(cfg, work, source, target)
+        return
 
     # ---- training
     from specdesk.core.distill.train import Trainer
@@ -286,3 +298,34 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     yield DistillEvent("done", f"wrote the draft to {out}", fraction=1.0, step=trainer.step,
                        agreement=trainer.last_agreement, elapsed_s=trainer.elapsed, curve=trainer.curve_tuple(),
                        out=str(out))
+
+
+def _write_phrases(cfg: DistillConfig, work, source: Path, target) -> Iterator[DistillEvent]:
+    """--phrases-only: the table of the target's phrases in this run's replies, in ``out`` and where the engine looks
+    for this target's (phrases.own_table_path), with a short card; no draft model."""
+    import shutil
+
+    from specdesk.core import phrases
+
+    out = Path(cfg.out)
+    yield DistillEvent("write", "counting the target's phrases in its replies")
+    table = phrases.build(phrases.work_dir_samples(out))
+    table.save(out / phrases.FILE)
+    own = phrases.own_table_path(source)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / phrases.FILE, own)
+    i = table.info
+    (out / "README.md").write_text(f"""# The phrases of {target.name} (counted by specdesk)
+
+`{phrases.FILE}`: the {len(table):,} contexts of 1 to {table.max_n} tokens after which {target.name}'s
+{int(i.get("replies", 0)):,} replies ({int(i.get("tokens", 0)):,} tokens) to prompts {"it wrote itself" if cfg.prompts == "self"
+else f"of the set {cfg.prompts!r}"} went on with the same token at least {float(i.get("min_share", 0)):.0%} of the time
+(seen {i.get("min_count")}+ times). No draft model: specdesk proposes these continuations after prompt lookup's
+(drafter `phrases`), without running any model, and the target verifies every one, so its output is unchanged.
+A copy is kept for the target at `{source}`: specdesk drafts with it whenever that model is loaded without a draft.
+
+    {cfg.command or "(from the Python API)"}
+""", encoding="utf-8")
+    yield DistillEvent("done", f"wrote the table of {target.name}'s phrases ({len(table):,} contexts from "
+                       f"{int(i.get('replies', 0)):,} replies) to {out / phrases.FILE}; specdesk drafts with it "
+                       f"when that model is loaded without a draft", fraction=1.0, out=str(out))

@@ -259,7 +259,7 @@ class _Config:
         else:
             fixed = [("runtime (Python, torch, transformers)", self.overheads.cpu_runtime_bytes)]
             if self.table_bytes:  # a Python dict in host memory: on a GPU it takes none of the budget
-                fixed.append(("the draft's table of the target's phrases (a lookup dict)", self.table_bytes))
+                fixed.append(("the table of the target's phrases (a lookup dict)", self.table_bytes))
         fixed.append((f"allocator headroom ({self.overheads.allocator_headroom:.0%} of tensors)", headroom))
         total = tensors + sum(b for _, b in fixed)
         return {"capacity": cap, "t_kv": t_kv, "d_kv": d_kv, "t_act": t_act, "d_act": d_act,
@@ -399,12 +399,18 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 
     target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
     draft_quant = resolve_quant(draft, draft_quant, device, dtype)
-    drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     table_bytes = None
+    if draft is None and drafter in (None, PHRASES) and str(target) != "demo-target":
+        own = phrases.own_table_path(resolve(target))  # `specdesk distill --phrases-only`'s table (engine.load)
+        if own.is_file():
+            drafter, table_bytes = PHRASES, phrases.resident_bytes(own)
+    if table_bytes is None:
+        drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     if drafter == HYBRID:  # the draft model with prompt lookup beside it: the same models in memory
         drafter = "model"
-    elif drafter == PHRASES:  # the draft folder's table only (host memory, ~7 MB for SmolLM2's): no model loaded
-        table_bytes = phrases.resident_bytes(resolve(draft)) if draft is not None else 0
+    elif drafter == PHRASES:  # the table only (host memory, ~7 MB for SmolLM2's): no model loaded
+        if table_bytes is None:
+            table_bytes = phrases.resident_bytes(resolve(draft)) if draft is not None else 0
         drafter, draft = "ngram", None
     t_spec = QuantSpec.parse(target_quant, double_quant)
     d_spec = QuantSpec.parse(draft_quant, double_quant)
@@ -437,7 +443,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 
     cfg = _Config(t_a, t_spec, d_a, d_spec, pdtype, device, k_int, drafter != "none", overheads, leaves, table_bytes)
     if cfg.table_bytes and cfg.cuda:
-        notes.append(f"the draft's table of the target's phrases takes {human_bytes(cfg.table_bytes)} of host "
+        notes.append(f"the table of the target's phrases takes {human_bytes(cfg.table_bytes)} of host "
                      f"memory (not the GPU's)")
     parts = cfg.parts(context)
     t_plan = _model_plan("target", t_a, t_spec, cfg.t_dtype, cfg.t_weights, parts["t_kv"], parts["capacity"],
