@@ -47,7 +47,7 @@ def test_chat_prompts_are_held_out_and_go_through_the_chat_template(chatty, tiny
     import specdesk
     from specdesk.core.bench.runner import prompt_ids
     from specdesk.core.bench.suite import build_suite
-    from specdesk.core.distill.prompts import FREE_PROMPTS, PROMPT_SETS, all_prompts, chat_prompts
+    from specdesk.core.distill.prompts import FREE_PROMPTS, TEMPLATE_SETS, all_prompts, chat_prompts
 
     chat = [p for p in build_suite(3, chat=True) if p.category == "chat"]
     assert len(chat) == 3 and len({p.name for p in chat}) == 3 and all(p.chat for p in chat)
@@ -58,8 +58,9 @@ def test_chat_prompts_are_held_out_and_go_through_the_chat_template(chatty, tiny
     free = [p for p in build_suite(3, chat=True) if p.category == "chat-free"]
     assert [p.text for p in free] == FREE_PROMPTS[:3] and all(p.chat for p in free)
     # hand-written prompts in forms no template writes: no prompt either set can write, training or held-out, is one
-    # (every one enumerated: drawing 100,000 of each with chat_prompts took 200 s of the suite)
-    for prompt_set in PROMPT_SETS:
+    # (every one enumerated: drawing 100,000 of each with chat_prompts took 200 s of the suite); the set "self" has no
+    # templates: the prompts its targets write leave these out (test_selfprompts)
+    for prompt_set in TEMPLATE_SETS:
         train, held = all_prompts(prompt_set), all_prompts(prompt_set, held_out=True)
         assert len(train) > 15_000 and not train & held and not (train | held) & set(FREE_PROMPTS)
         assert set(chat_prompts(500, prompt_set=prompt_set)) <= train  # what the distiller draws from

@@ -92,6 +92,7 @@ def test_phrases_only_from_the_dialog(qtbot, tmp_path):
     dlg.out_edit.setText(str(tmp_path / "table"))
     dlg.kind.setCurrentIndex(dlg.kind.findData("phrases"))
     assert not dlg.minutes.isEnabled() and dlg.prompt_set.currentData() == "self"
+    assert dlg.plot.isHidden() and "no training" in dlg.status.text()
     dlg.prompt_set.setCurrentIndex(dlg.prompt_set.findData("varied"))  # this tiny target has no chat template
     seen = []
     dlg.progress.valueChanged.connect(lambda v: seen.append((dlg.last_event.phase, v)))

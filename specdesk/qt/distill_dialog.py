@@ -64,6 +64,12 @@ class DistillWorker(QObject):
 class DistillDialog(QDialog):
     """``overrides``: DistillConfig fields to set (tests use a tiny budget)."""
 
+    DRAFT_HELP = ("The target answers chat prompts, then a small draft learns its replies. Cancel keeps a checkpoint; "
+                  "Resume goes on from it.")
+    PHRASES_HELP = ("The target answers chat prompts and the phrases it keeps writing are counted: no training. The "
+                    "table is kept for this model, which drafts with it when loaded without a draft. Cancel keeps "
+                    "the answered prompts; Resume goes on.")
+
     def __init__(self, parent, target: str, overrides: dict | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train a draft for this model")
@@ -95,8 +101,7 @@ class DistillDialog(QDialog):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setFormat("")
-        self.status = QLabel("The target answers chat prompts, then a small draft learns its replies. "
-                             "Cancel keeps a checkpoint; Resume goes on from it.")
+        self.status = QLabel(self.DRAFT_HELP)
         self.status.setWordWrap(True)
         self.plot = pg.PlotWidget()
         self.plot.setLabel("left", "held-out agreement")
@@ -142,6 +147,9 @@ class DistillDialog(QDialog):
         """Phrases only: the time box trains nothing, and the target's own prompts suit a table best."""
         phrases_only = self.kind.currentData() == "phrases"
         self.minutes.setEnabled(not phrases_only)
+        self.plot.setVisible(not phrases_only)  # nothing trains: no agreement to plot
+        if not self.running:
+            self.status.setText(self.PHRASES_HELP if phrases_only else self.DRAFT_HELP)
         if phrases_only and self.prompt_set.isEnabled():
             self.prompt_set.setCurrentIndex(self.prompt_set.findData("self"))
 
