@@ -130,7 +130,9 @@ class DistillDialog(QDialog):
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
         lay.addWidget(self.plot, 1)
+        lay.addStretch(0)  # takes the plot's room while it is hidden (Phrases only), so the rest stays on top
         lay.addLayout(row)
+        self._layout = lay
         self.out_edit.textChanged.connect(self._update_buttons)
         self._thread: QThread | None = None
         self._phrases_only = False
@@ -148,6 +150,7 @@ class DistillDialog(QDialog):
         phrases_only = self.kind.currentData() == "phrases"
         self.minutes.setEnabled(not phrases_only)
         self.plot.setVisible(not phrases_only)  # nothing trains: no agreement to plot
+        self._layout.setStretch(self._layout.indexOf(self.plot) + 1, 1 if phrases_only else 0)
         if not self.running:
             self.status.setText(self.PHRASES_HELP if phrases_only else self.DRAFT_HELP)
         if phrases_only and self.prompt_set.isEnabled():
