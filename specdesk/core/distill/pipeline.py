@@ -3,12 +3,14 @@
     for ev in distill(DistillConfig(target="model.gguf", out=Path("my-draft"), minutes=30)):
         print(ev.phase, ev.fraction, ev.agreement)
 
-Phases: ``load`` the target; ``prompts`` (the prompt set "self" only): the target writes its prompts; ``data``: the target answers the held-out prompts (greedy) and the training prompts
-(one shard per batch, greedy and, every ``sampled_every``-th batch, at temperature 0.7; more replies than the
-templates have prompts answer them again, sampled: :func:`training_jobs`); ``features`` (an EAGLE
-head only: the target's hidden states on every reply, cached); ``train`` the draft
+Phases: ``load`` the target; ``prompts`` (the prompt set "self" only): the target writes its prompts; ``data``:
+the target answers the held-out prompts (greedy) and the training prompts (one shard per batch, greedy and, every
+``sampled_every``-th batch, at temperature 0.7; more replies than the templates have prompts answer them again,
+sampled: :func:`training_jobs`); ``features`` (an EAGLE head only: the target's hidden states on every reply,
+cached); ``train`` the draft
 (checkpoints every ``checkpoint_s`` seconds and at the end; held-out agreement every ``eval_every`` steps);
-``write`` the draft folder. Every phase resumes: present shards are kept, training goes on from its checkpoint.
+``write`` the draft folder (with ``phrases_only``: no training, only the table of the target's phrases,
+:func:`_write_phrases`). Every phase resumes: present shards are kept, training goes on from its checkpoint.
 Cancellation is a ``threading.Event`` checked between batches and steps (a checkpoint is written first).
 """
 
@@ -322,7 +324,8 @@ def _write_phrases(cfg: DistillConfig, work, source: Path, target) -> Iterator[D
 else f"of the set {cfg.prompts!r}"} went on with the same token at least {float(i.get("min_share", 0)):.0%} of the time
 (seen {i.get("min_count")}+ times). No draft model: specdesk proposes these continuations after prompt lookup's
 (drafter `phrases`), without running any model, and the target verifies every one, so its output is unchanged.
-A copy is kept for the target at `{source}`: specdesk drafts with it whenever that model is loaded without a draft.
+A copy is kept at `{own}` for the model at `{source}`: specdesk drafts with it whenever that model is loaded
+without a draft.
 
     {cfg.command or "(from the Python API)"}
 """, encoding="utf-8")
