@@ -329,24 +329,21 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         draft = own_draft(target)
         if draft is not None:
             say(drafting_with(draft, drafter))
-    table = None
-    if draft is None and drafter in (None, PHRASES) and target != "demo-target":
-        from specdesk.core import phrases
+    from specdesk.core import phrases
 
-        found = phrases.for_target(target)  # the table `specdesk distill --phrases-only` made for this target
-        if found is not None:
-            table, path = found
-            drafter = PHRASES  # prompt lookup, then the table: what lookup alone does, and more
-            say(f"drafting with the table of this model's phrases ({len(table):,} contexts from "
-                f"{int(table.info.get('replies', 0)):,} of its replies; {path})")
-    if table is None:
+    table = None
+    own = phrases.own_table_for(target, draft, drafter)  # the table `specdesk distill --phrases-only` made for it
+    if own is not None:
+        table = phrases.read(own, "delete it, or run `specdesk distill --phrases-only` again")
+        drafter = PHRASES  # prompt lookup, then the table: what lookup alone does, and more
+        say(f"drafting with the table of this model's phrases ({len(table):,} contexts from "
+            f"{int(table.info.get('replies', 0)):,} of its replies; {own})")
+    else:
         drafter, draft = resolve_drafter(target, draft, drafter)
     say(f"loading target {target}")
     t = load_model(target, target_quant, double_quant, dtype, device, progress=say)
     d = None
     if draft is not None and drafter == PHRASES:  # it runs no model: only the draft folder's table is read
-        from specdesk.core import phrases
-
         say(f"reading the table of the target's phrases in {draft}")
         table = phrases.find(resolve(draft))
         if table is None:

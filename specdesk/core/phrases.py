@@ -179,17 +179,20 @@ def build(samples: Iterable[tuple[Sequence[int], Sequence[int]]], *, max_n: int 
                        info=info)
 
 
-def find(folder: Path) -> PhraseTable | None:
-    """The phrase table in a draft's folder, or None where it has none. A file that does not read raises BadModel."""
+def read(path: Path, remedy: str) -> PhraseTable:
+    """The table in file ``path``; one that does not read raises BadModel, saying what to do (``remedy``)."""
     from specdesk.core.errors import BadModel
 
-    path = Path(folder) / FILE
-    if not path.is_file():
-        return None
     try:
         return PhraseTable.load(path)
     except Exception as exc:  # safetensors' errors, a missing array, a bad header
-        raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or rebuild the draft") from exc
+        raise BadModel(f"{path} is not a readable phrase table ({exc}); {remedy}") from exc
+
+
+def find(folder: Path) -> PhraseTable | None:
+    """The phrase table in a draft's folder, or None where it has none. A file that does not read raises BadModel."""
+    path = Path(folder) / FILE
+    return read(path, "delete it, or rebuild the draft") if path.is_file() else None
 
 
 def own_table_path(target_path: Path) -> Path:
@@ -204,23 +207,21 @@ def own_table_path(target_path: Path) -> Path:
     return userdirs.data_dir() / "phrases" / f"{path.name.removesuffix('.gguf')}-{key}.safetensors"
 
 
-def for_target(target: str) -> tuple[PhraseTable, Path] | None:
-    """The table `specdesk distill --phrases-only` made for ``target`` (a reference :func:`loading.resolve` takes),
-    and its file; None where there is none. A file that does not read raises BadModel."""
-    from specdesk.core.errors import BadModel, SpecdeskError
+def own_table_for(target: str, draft: str | None, drafter: str | None) -> Path | None:
+    """The file of the table `specdesk distill --phrases-only` made for ``target``, where a request drafts with it:
+    no draft given (after the bundled one was looked for), the drafter left out or "phrases", not the demo target.
+    The engine loads it and the planner counts it by this one rule; None otherwise, or where there is none."""
+    from specdesk.core.errors import SpecdeskError
     from specdesk.core.loading import resolve
+    from specdesk.core.pairing import PHRASES
 
+    if draft is not None or drafter not in (None, PHRASES) or target == "demo-target":
+        return None
     try:
         path = own_table_path(resolve(target))
-    except SpecdeskError:
+    except SpecdeskError:  # loading the target says what is wrong with it
         return None
-    if not path.is_file():
-        return None
-    try:
-        return PhraseTable.load(path), path
-    except Exception as exc:
-        raise BadModel(f"{path} is not a readable phrase table ({exc}); delete it, or run `specdesk distill "
-                       f"--phrases-only` again") from exc
+    return path if path.is_file() else None
 
 
 _RESIDENT: dict[tuple, int] = {}

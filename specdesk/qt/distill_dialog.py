@@ -135,7 +135,6 @@ class DistillDialog(QDialog):
         self._layout = lay
         self.out_edit.textChanged.connect(self._update_buttons)
         self._thread: QThread | None = None
-        self._phrases_only = False
         self.worker: DistillWorker | None = None
         self.last_event = None
         self.error: str | None = None
@@ -192,7 +191,6 @@ class DistillDialog(QDialog):
         how = "--phrases-only" if phrases_only else f"--kind {cfg.kind} --minutes {self.minutes.value():g}"
         cfg.command = (f"specdesk distill --target {self.target} --out {self.out_edit.text()} {how} "
                        f"--prompt-set {cfg.prompts}" + (" --resume" if resume else ""))
-        self._phrases_only = phrases_only
         self.error = None
         self.worker = DistillWorker(cfg)
         self._thread = QThread(self)
@@ -213,7 +211,7 @@ class DistillDialog(QDialog):
 
     def _on_event(self, ev) -> None:
         self.last_event = ev
-        if self._phrases_only:  # answering the prompts is the whole run
+        if self.kind.currentData() == "phrases":  # answering the prompts is the whole run (the box is locked meanwhile)
             weights = {"load": (0, 0.02), "prompts": (0.02, 0.2), "data": (0.22, 0.76), "write": (0.98, 0.02)}
         else:
             weights = {"load": (0, 0.02), "prompts": (0.02, 0.06), "data": (0.08, 0.24), "features": (0.32, 0.06),

@@ -71,12 +71,9 @@ def _reserved() -> set[str]:
 
 def _end_ids(tokenizer, eos_ids: frozenset[int]) -> frozenset[int]:
     """The ids that end a user's message: the model's end tokens and the template's end-of-turn token."""
-    ends = set(eos_ids)
-    for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>"):
-        i = tokenizer.convert_tokens_to_ids(name) if name in tokenizer.get_vocab() else None
-        if i is not None:
-            ends.add(int(i))
-    return frozenset(ends)
+    vocab = tokenizer.get_vocab()
+    return frozenset(eos_ids) | {int(vocab[name]) for name in ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "</s>")
+                                 if name in vocab}
 
 
 def load(path: Path) -> dict:

@@ -400,11 +400,10 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
     draft_quant = resolve_quant(draft, draft_quant, device, dtype)
     table_bytes = None
-    if draft is None and drafter in (None, PHRASES) and str(target) != "demo-target":
-        own = phrases.own_table_path(resolve(target))  # `specdesk distill --phrases-only`'s table (engine.load)
-        if own.is_file():
-            drafter, table_bytes = PHRASES, phrases.resident_bytes(own)
-    if table_bytes is None:
+    own = phrases.own_table_for(str(target), draft, drafter)  # `specdesk distill --phrases-only`'s (engine.load)
+    if own is not None:
+        drafter, table_bytes = PHRASES, phrases.resident_bytes(own)
+    else:
         drafter, draft = resolve_drafter(str(target), None if draft is None else str(draft), drafter)
     if drafter == HYBRID:  # the draft model with prompt lookup beside it: the same models in memory
         drafter = "model"
