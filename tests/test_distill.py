@@ -68,6 +68,10 @@ def test_distill_writes_a_small_borrowing_folder_with_its_card(distilled, distil
     table = phrases.find(out)
     assert table.info["replies"] == made["train_replies"] and table.info["tokens"] == made["train_tokens"]
     assert f"`{phrases.FILE}`" in card and f"{made['train_replies']:,} training replies" in card
+    from specdesk.core.userdirs import _umask
+
+    for name in ("model.safetensors", phrases.FILE, "config.json", "README.md"):  # shared or served like any file
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~_umask(), name
 
 
 def test_resume_goes_on_from_the_checkpoint(distill_target, tmp_path):

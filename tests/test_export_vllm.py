@@ -136,3 +136,16 @@ def test_cli_export_and_plan_gpus(llama, capsys):
     assert "tensor parallel 2" in text and "GPU 1:" in text
     assert main(["export", "vllm", "--target", str(target), "--gpus", "0", "--budget-gib", "8"]) == 2
     assert "--gpus" in capsys.readouterr().err
+
+
+def test_a_pair_drafting_with_the_targets_phrases_serves_with_vllms_prompt_lookup(tmp_path):
+    """vLLM has no table of the target's phrases: the command drafts with its ngram method and says why."""
+    from specdesk.core import phrases
+
+    draft = Path(shutil.copytree(Path(__file__).resolve().parent.parent / "resources/models/demo-draft",
+                                 tmp_path / "draft-with-table"))
+    phrases.build([([1, 2], [5, 6, 7, 8] * 4)] * 8).save(draft / phrases.FILE)
+    cmd, p, _ = export_vllm("demo-target", str(draft), drafter="phrases", budget_bytes_per_gpu=24 * GiB,
+                            logs_dir=tmp_path)
+    assert p.drafter == "phrases" and p.draft is None
+    assert _spec(cmd)["method"] == "ngram" and any("no table of the target's phrases" in n for n in cmd.notes)

@@ -26,6 +26,7 @@ def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
     qtbot.waitUntil(lambda: not dlg.running, timeout=30_000)
     assert dlg.error is None and "cancelled" in dlg.last_event.message
     assert dlg.progress.format().startswith("stopped") and 0 < dlg.progress.value() < 1000
+    assert not dlg.use_button.isEnabled()  # nothing finished to use
     stopped = dlg.last_event.step
     assert (tmp_path / "draft" / ".distill" / "checkpoint.pt").exists()
     assert dlg.resume_button.isEnabled() and not dlg.start_button.isEnabled()
@@ -37,6 +38,10 @@ def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
     qtbot.waitUntil(lambda: not dlg.running, timeout=60_000)
     assert dlg.error is None and dlg.last_event.phase == "done" and dlg.last_event.step == stopped + 3
     assert dlg.progress.value() == 1000 and (tmp_path / "draft" / "model.safetensors").exists()
+    assert dlg.use_button.isEnabled() and "Use it" in dlg.status.text()
+    with qtbot.waitSignal(dlg.use_requested) as used:
+        dlg.use_button.click()
+    assert used.args == [(str(tmp_path / "draft"), None)]  # the target with the draft it trained
 
 
 def test_an_eagle_head_from_the_dialog_and_resume_keeps_its_kind(qtbot, tmp_path):
@@ -102,6 +107,9 @@ def test_phrases_only_from_the_dialog(qtbot, tmp_path):
     assert max(v for phase, v in seen if phase == "data") > 900  # answering fills the bar: nothing trains after
     assert (tmp_path / "table" / phrases.FILE).exists() and phrases.own_table_path(target).exists()
     assert not (tmp_path / "table" / "model.safetensors").exists()
+    with qtbot.waitSignal(dlg.use_requested) as used:
+        dlg.use_button.click()
+    assert used.args == [(None, "phrases")]  # the target drafting with the table kept for it
     again = DistillDialog(None, str(target))
     qtbot.addWidget(again)
     again.out_edit.setText(str(tmp_path / "table"))

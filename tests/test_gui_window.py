@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject, QThread
+from PySide6.QtCore import QObject, Qt, QThread
 
 from specdesk.core.events import DoneEvent, StepEvent
 from specdesk.core.sessionlog import read_log
@@ -363,6 +363,42 @@ def test_picker_choice_loads_a_new_pair(window, qtbot):
     assert done.stats.drafted == 0 and all(s.drafted == 0 for s in steps)
     saved = json.loads((Path(os.environ["SPECDESK_CONFIG_DIR"]) / "settings.json").read_text())
     assert saved["gui"]["pair"]["drafter"] == "none"
+
+
+def test_a_table_of_the_models_own_phrases_is_offered_and_used(window, qtbot, tmp_path):
+    """A model without a draft and with the table `specdesk distill --phrases-only` kept for it: the Train dialog's
+    "Use it" loads it drafting with the table; the picker offers the table first and chooses it."""
+    from conftest import make_llama
+    from specdesk.core import phrases, userdirs
+    from specdesk.qt.main_window import DEMO_PAIR
+    from specdesk.qt.model_picker import PHRASES
+
+    target = make_llama(tmp_path / "fine-tune", hidden=64, layers=2, seed=12)
+    samples = [([1, 2], [5, 6, 7, 8, 9] * 3)] * 8
+    kept = phrases.own_table_path(target)  # where --phrases-only keeps its table
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    phrases.build(samples).save(kept)
+    userdirs.add_folder(target)
+    try:
+        with qtbot.waitSignal(window.engine_ready, timeout=WAIT_MS) as b:
+            window._use_distilled(str(target), None, "phrases")  # the dialog's "Use it" after Phrases only
+        info = b.args[0]
+        assert info.draft is None and info.drafter == "phrases" and "phrases" in info.drafters
+        assert window.controls.drafter() == "phrases"
+        done, steps, _ = send(window, qtbot, drafter="phrases", max_new=12)
+        assert done.stats.target_forwards <= len(done.token_ids)
+        dlg = window.open_picker()
+        qtbot.waitUntil(lambda: not dlg.busy and dlg.own_table is not None, timeout=120_000)
+        first = dlg.draft_list.item(0)
+        assert first.data(Qt.ItemDataRole.UserRole) == PHRASES and "own phrases" in first.text()
+        assert dlg.draft_list.currentItem() is first and "its own phrases" in dlg.status.text()
+        c = dlg.choice()
+        assert (c.target, c.draft, c.drafter) == (str(target), None, "phrases")
+        dlg.reject()
+    finally:
+        userdirs.remove_folder(str(target))
+        with qtbot.waitSignal(window.engine_ready, timeout=WAIT_MS):
+            window.load_pair(DEMO_PAIR)
 
 
 def test_a_load_failure_is_a_dialog_and_the_app_recovers(window, qtbot, tmp_path):

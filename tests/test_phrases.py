@@ -184,7 +184,7 @@ def test_the_slow_draft_banner_offers_the_models_phrases_where_the_pair_has_them
     assert [label for label, _ in h._fixes("model")] == ["Switch to prompt lookup", "Decode plainly"]
 
 
-def test_drafter_phrases_reads_only_the_table_and_loads_no_draft_model(tiny_engine, tiny_target, tmp_path):
+def test_drafter_phrases_reads_only_the_table_and_loads_no_draft_model(tiny_engine, tiny_target, tmp_path, monkeypatch):
     """A drafter that runs no model loads none: only the folder's table is read (an 8B target's distilled draft
     would otherwise hold ~0.9 GB for nothing); the planner counts no draft for it either."""
     import specdesk
@@ -204,11 +204,20 @@ def test_drafter_phrases_reads_only_the_table_and_loads_no_draft_model(tiny_engi
     with pytest.raises(BadSetting, match="has no table of its target's phrases"):
         specdesk.load(str(tiny_target), str(tmp_path), drafter="phrases", device="cpu")
     p = plan(str(tiny_target), str(folder), drafter="phrases", device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
-    assert p.draft is None and p.drafter == "ngram"
+    assert p.draft is None and p.drafter == "phrases"
     row = [b for _, label, b in p.rows() if "phrases" in label]
     assert row == [phrases.resident_bytes(folder)] and row[0] > 0  # the table, in host memory, counted
     lookup = plan(str(tiny_target), drafter="ngram", device="cpu", budget_bytes=8 << 30, candidate_drafts=[])
     assert p.total_bytes - lookup.total_bytes == row[0]
+    # a measured peak of drafter phrases (as `specdesk generate` records it) is the one its plan shows, not lookup's
+    from specdesk.core.plan.history import record_measurement
+
+    monkeypatch.setenv("SPECDESK_DATA_DIR", str(tmp_path / "data"))  # a history of this test's own
+    record_measurement(tiny_target, "none", p.context, 111 << 20, "cpu", draft="ngram", dtype=p.dtype)
+    record_measurement(tiny_target, "none", p.context, 123 << 20, "cpu", draft="phrases", dtype=p.dtype)
+    seen = {d: plan(str(tiny_target), str(folder) if d == "phrases" else None, drafter=d, device="cpu",
+                    budget_bytes=8 << 30, recommend=False).measured_bytes for d in ("phrases", "ngram")}
+    assert seen == {"phrases": 123 << 20, "ngram": 111 << 20}
 
 
 def test_the_memory_a_loaded_table_takes_is_what_the_planner_counts(tmp_path):
@@ -243,6 +252,8 @@ def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path
     out = tmp_path / "phrases"
     with pytest.raises(BadSetting, match="needs a table of this model's phrases.*--phrases-only"):
         specdesk.load(str(target), drafter="phrases", device="cpu")
+    assert main(["models", "--drafts-for", str(target)]) == 0
+    assert "--phrases-only` counts a table of its phrases" in capsys.readouterr().out  # how to make one
     rc = main(["distill", "--target", str(target), "--out", str(out), "--phrases-only", "--prompt-set", "varied",
                "--prompts", "96", "--device", "cpu"])
     err = capsys.readouterr().err
@@ -252,6 +263,9 @@ def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path
     kept = phrases.own_table_path(target)
     assert len(table) > 0 and kept.read_bytes() == (out / phrases.FILE).read_bytes()
     assert table.info["replies"] == 96 and "--phrases-only" in (out / "README.md").read_text()
+    assert main(["models", "--drafts-for", str(target)]) == 0
+    listed = capsys.readouterr().out
+    assert f"the model's own phrases: {len(table):,} contexts from 96 of its replies" in listed and str(kept) in listed
     said: list[str] = []
     e = specdesk.load(str(target), device="cpu", progress=said.append)
     assert e.drafter == "phrases" and e.draft is None and len(e.phrases) == len(table)

@@ -106,3 +106,26 @@ def test_the_q4_target_loads_from_its_codes_as_quantizing_its_float32_form_would
     assert q4.params == 134_515_008
     size = {f.name: sum(p.stat().st_size for p in f.iterdir()) for f in (f32, f32.parent / folder_name())}
     assert size[folder_name()] < 0.3 * size["float32"]
+
+
+def test_planned_with_it_as_it_loads(smollm2_gguf):  # noqa: F811
+    """`specdesk plan` with no draft plans what `specdesk generate` loads: the bundled draft (and its table), saying
+    so; drafter phrases its table alone, counted and named; drafter ngram neither."""
+    from specdesk.core import phrases
+    from specdesk.core.plan.planner import plan
+
+    common = dict(device="cpu", budget_bytes=8 << 30, recommend=False, use_history=False)
+    table = phrases.resident_bytes(DRAFT)
+
+    def rows(p):
+        return [b for _, label, b in p.rows() if "phrases" in label]
+
+    p = plan(str(smollm2_gguf), **common)
+    assert p.drafter == "model" and p.draft is not None and p.draft.name == DRAFT.name
+    assert any("bundled for this model" in n for n in p.notes) and rows(p) == [table] and table > 0
+    only = plan(str(smollm2_gguf), drafter="phrases", **common)
+    assert (only.drafter, only.draft, rows(only)) == ("phrases", None, [table])
+    assert any(n.startswith("the table is that of the draft bundled") for n in only.notes)
+    lookup = plan(str(smollm2_gguf), drafter="ngram", **common)
+    assert (lookup.drafter, lookup.draft, rows(lookup)) == ("ngram", None, [])
+    assert not any("bundled" in n for n in lookup.notes)

@@ -47,8 +47,16 @@ def run(args: argparse.Namespace) -> int:
             note = f"  ({c.reason})" if c.reason else ""
             print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  "
                   f"{disk_size(c.entry.bytes_on_disk):>9s}{note}")
-        if not good:
-            print("  none (prompt lookup, --drafter ngram, needs no draft model)")
+        from specdesk.core import phrases
+
+        own = phrases.own_table(args.drafts_for)
+        if own is not None:
+            print(f"  the model's own phrases: {own.describe()} (`specdesk distill --phrases-only`; drafter "
+                  f"phrases, taken when no draft is given)\n    {own.path}")
+        if not good and own is None:
+            print("  none (prompt lookup, --drafter ngram, needs no draft model; `specdesk distill --target TARGET "
+                  "--out DIR --phrases-only` counts a table of its phrases without training, `specdesk distill` "
+                  "trains a draft)")
         others = [c for c in cands if not c.compatible]
         if others:
             print("Not usable as drafts:")

@@ -85,7 +85,8 @@ def print_plan(p) -> None:
         for n in m.notes:
             print(f"  note: {n}")
     if p.draft is None:
-        print(f"\ndrafter {p.drafter}: no draft model, no draft memory")
+        table = " (the table of the target's phrases is counted below)" if p.drafter == "phrases" else ""
+        print(f"\ndrafter {p.drafter}: no draft model, no draft memory{table}")
     print("\nshared")
     print(f"  {human_bytes(p.transient_bytes):>12}  {p.transient_label} (counted once: they never overlap)")
     for r in p.overhead_rows:

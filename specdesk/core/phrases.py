@@ -15,6 +15,7 @@ here, would only make a bad guess).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -102,6 +103,9 @@ class PhraseTable:
         meta = {"max_n": str(self.max_n), **{k: str(v) for k, v in self.info.items()}}
         save_file({"keys": self.keys.view(np.int64), "tokens": self.tokens, "shares": self.shares}, str(path),
                   metadata=meta)
+        from specdesk.core.userdirs import usual_mode
+
+        usual_mode(Path(path))
 
     @classmethod
     def load(cls, path: Path) -> "PhraseTable":
@@ -222,6 +226,31 @@ def own_table_for(target: str, draft: str | None, drafter: str | None) -> Path |
     except SpecdeskError:  # loading the target says what is wrong with it
         return None
     return path if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class OwnTable:
+    """What the model list says of a target's `specdesk distill --phrases-only` table."""
+
+    path: Path
+    contexts: int
+    replies: int
+
+    def describe(self) -> str:
+        return f"{self.contexts:,} contexts from {self.replies:,} of its replies"
+
+
+def own_table(target: str) -> OwnTable | None:
+    """The table `specdesk distill --phrases-only` made for ``target`` where a load without a draft takes it (no draft
+    was bundled for the target: that one comes first), read for the model list and the picker; else None. One that
+    does not read raises BadModel."""
+    from specdesk.core.discovery import own_draft
+
+    path = own_table_for(target, None, None)
+    if path is None or own_draft(target) is not None:
+        return None
+    table = read(path, "delete it, or run `specdesk distill --phrases-only` again")
+    return OwnTable(path, len(table), int(table.info.get("replies", 0)))
 
 
 _RESIDENT: dict[tuple, int] = {}

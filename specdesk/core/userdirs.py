@@ -79,6 +79,25 @@ def write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
+def _umask() -> int:
+    try:  # Linux says it without changing it (os.umask sets it to read it, which races other threads)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def usual_mode(path: Path) -> None:
+    """Give a file written through a temporary file (safetensors does: mode 0600) the mode an ordinary new file gets
+    (0666 less the umask), so a draft folder or table can be served or shared like the user's other files."""
+    try:
+        os.chmod(path, 0o666 & ~_umask())
+    except OSError:  # a file system without modes: nothing to put right
+        pass
+
+
 def load_settings() -> dict:
     """The user's settings; an unreadable file counts as empty (it is rewritten on the next save)."""
     return read_json_dict(settings_path())

@@ -62,7 +62,10 @@ class DistillWorker(QObject):
 
 
 class DistillDialog(QDialog):
-    """``overrides``: DistillConfig fields to set (tests use a tiny budget)."""
+    """``overrides``: DistillConfig fields to set (tests use a tiny budget). After a finished run "Use it" emits
+    ``use_requested`` with (draft folder or None, drafter or None): what to load the target with."""
+
+    use_requested = Signal(object)
 
     DRAFT_HELP = ("The target answers chat prompts, then a small draft learns its replies. Cancel keeps a checkpoint; "
                   "Resume goes on from it.")
@@ -116,6 +119,10 @@ class DistillDialog(QDialog):
         self.resume_button = QPushButton("Resume")
         self.cancel_button = QPushButton("Cancel")
         self.close_button = QPushButton("Close")
+        self.use_button = QPushButton("Use it")
+        self.use_button.setToolTip("Load this model with what the run made")
+        self.use_button.clicked.connect(self._use)
+        self._made: tuple[str | None, str | None] | None = None  # (draft, drafter) of the run that finished
         self.start_button.clicked.connect(lambda: self.start(resume=False))
         self.resume_button.clicked.connect(lambda: self.start(resume=True))
         self.cancel_button.clicked.connect(self.cancel)
@@ -124,6 +131,7 @@ class DistillDialog(QDialog):
         for b in (self.start_button, self.resume_button, self.cancel_button):
             row.addWidget(b)
         row.addStretch(1)
+        row.addWidget(self.use_button)
         row.addWidget(self.close_button)
         lay = QVBoxLayout(self)
         lay.addLayout(form)
@@ -168,6 +176,7 @@ class DistillDialog(QDialog):
             self.prompt_set.setCurrentIndex(max(0, self.prompt_set.findData(settings.get("prompts", "templates"))))
         self.kind.setEnabled(not self.running and not can_resume)
         self.prompt_set.setEnabled(not self.running and not can_resume)
+        self.use_button.setEnabled(not self.running and self._made is not None)
         self.start_button.setEnabled(not self.running and not can_resume)
         self.resume_button.setEnabled(not self.running and can_resume)
         self.cancel_button.setEnabled(self.running)
@@ -192,6 +201,7 @@ class DistillDialog(QDialog):
         cfg.command = (f"specdesk distill --target {self.target} --out {self.out_edit.text()} {how} "
                        f"--prompt-set {cfg.prompts}" + (" --resume" if resume else ""))
         self.error = None
+        self._made = None
         self.worker = DistillWorker(cfg)
         self._thread = QThread(self)
         self._thread.setObjectName("specdesk-distill")
@@ -239,12 +249,24 @@ class DistillDialog(QDialog):
         self.status.setText(f"error: {message}")
 
     def _on_finished(self) -> None:
+        ev = self.last_event
+        if self.error is None and ev is not None and ev.phase == "done" and ev.fraction >= 1.0:
+            out = Path(self.out_edit.text()).expanduser()  # the box is locked while a run goes
+            # a table (drafter phrases: the load finds it kept for this target), or the draft folder
+            self._made = (None, "phrases") if self.kind.currentData() == "phrases" else (str(out), None)
+            self.status.setText(f"{ev.message} — Use it loads this model with it; Models → Choose models… offers "
+                                f"it for this model from now on.")
         if self._thread is not None:
             self._thread.quit()
             self._thread.wait()
         self._thread = None
         self.worker = None
         self._update_buttons()
+
+    def _use(self) -> None:
+        if self._made is not None:
+            self.use_requested.emit(self._made)
+            self.close()
 
     def closeEvent(self, event) -> None:  # noqa: N802 - Qt's name
         if self.worker is not None:

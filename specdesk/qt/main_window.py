@@ -721,10 +721,17 @@ class MainWindow(QMainWindow):
         from specdesk.qt.distill_dialog import DistillDialog
 
         dlg = DistillDialog(self, self.request.target)
+        dlg.use_requested.connect(lambda made, target=dlg.target: self._use_distilled(target, *made))
         dlg.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dlg.open()
         self.distill_dialog = dlg
         return dlg
+
+    def _use_distilled(self, target: str, draft: str | None, drafter: str | None) -> None:
+        """The Train dialog's "Use it": the target again, with the draft it trained or the table it counted."""
+        r = self.request
+        self.load_pair(LoadRequest(target=target, draft=draft, drafter=drafter, target_quant=r.target_quant,
+                                   double_quant=r.double_quant, device=r.device))
 
     def show_welcome(self) -> None:
         """What the colours, the cards and the plots mean, and how to load your own model (first run, Help)."""

@@ -19,7 +19,7 @@ from specdesk.qt import theme
 from specdesk.qt.tasks import run_task
 from specdesk.qt.worker import LoadRequest
 
-NGRAM, NONE = "__ngram__", "__none__"
+NGRAM, NONE, PHRASES = "__ngram__", "__none__", "__phrases__"
 QUANT_LABELS = {"auto": "auto (q4 for a 4-bit GGUF on a CPU)", "none": "none (full precision)",
                 "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)", "nf4+dq": "nf4 + double quant",
                 "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU)"}
@@ -65,6 +65,7 @@ class ModelPickerDialog(QDialog):
         self.resize(900, 640)
         self.entries: list = []
         self.candidates: list = []  # DraftCandidate list for the current target
+        self.own_table = None  # phrases.OwnTable: the table `specdesk distill --phrases-only` made for the target
         self._current = current or LoadRequest()
         self._drafts_tag = 0
         self.busy = False
@@ -216,8 +217,10 @@ class ModelPickerDialog(QDialog):
         self._add_draft_item("n-gram lookup (no draft model; drafts from the prompt)", NGRAM)
         self._add_draft_item("none (plain decoding)", NONE)
         self.candidates = []
+        self.own_table = None
         if target is None:
             return
+        from specdesk.core import phrases
         from specdesk.core.discovery import drafts_for
 
         self._drafts_tag += 1
@@ -225,8 +228,8 @@ class ModelPickerDialog(QDialog):
         entries = list(self.entries)
         self.busy = True
         self.status.setText(f"Checking which models can draft for {display_name(target)}…")
-        run_task(lambda: drafts_for(target, entries), lambda c: self._set_drafts(tag, c), self._failed,
-                 owner=self)
+        run_task(lambda: (drafts_for(target, entries), phrases.own_table(target)),
+                 lambda found: self._set_drafts(tag, *found), self._failed, owner=self)
 
     def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "") -> QListWidgetItem:
         item = QListWidgetItem(text)
@@ -238,12 +241,19 @@ class ModelPickerDialog(QDialog):
         self.draft_list.addItem(item)
         return item
 
-    def _set_drafts(self, tag: int, candidates) -> None:
+    def _set_drafts(self, tag: int, candidates, own=None) -> None:
+        """``own``: the table `specdesk distill --phrases-only` made for the target (phrases.OwnTable), offered first
+        and chosen where no model can draft for it."""
         if tag != self._drafts_tag:  # the user picked another target meanwhile
             return
         self.busy = False
         self.candidates = list(candidates)
+        self.own_table = own
         first_good = None
+        if own is not None:
+            item = self._add_draft_item(f"the model's own phrases  ·  {own.describe()} (no draft model)", PHRASES,
+                                        tip=f"Made by Train a draft → Phrases only: {own.path}")
+            self.draft_list.insertItem(0, self.draft_list.takeItem(self.draft_list.row(item)))
         for c in self.candidates:
             if c.compatible:
                 note = f"  ·  {c.reason}" if c.reason else ""  # "distilled for this model" (listed first)
@@ -255,23 +265,30 @@ class ModelPickerDialog(QDialog):
                 self._add_draft_item(f"✗ {display_name(c.entry.name)}: {c.reason}", c.entry.name, enabled=False,
                                      tip=c.reason)
         want = self._current.draft if self._current.target == self.target() else None
-        if self._current.target == self.target() and self._current.drafter in ("ngram", "none"):
-            want = NGRAM if self._current.drafter == "ngram" else NONE
+        if self._current.target == self.target() and self._current.drafter in ("ngram", "none", "phrases") \
+                and not (self._current.drafter == "phrases" and self._current.draft):
+            want = {"ngram": NGRAM, "none": NONE, "phrases": PHRASES}[self._current.drafter]
         chosen = None
         for i in range(self.draft_list.count()):
             it = self.draft_list.item(i)
             if want is not None and it.data(Qt.ItemDataRole.UserRole) == want and it.flags() & Qt.ItemFlag.ItemIsEnabled:
                 chosen = it
+        if chosen is None and first_good is None and own is not None:
+            chosen = self.draft_list.item(0)  # the table, ahead of prompt lookup alone
         chosen = chosen or first_good or self.draft_list.item(0)
         self.draft_list.setCurrentItem(chosen)
         good = sum(c.compatible for c in self.candidates)
-        self.status.setText(f"{good} compatible draft(s) for {display_name(self.target() or '')}; "
+        table = " and a table of its own phrases" if own is not None else ""
+        self.status.setText(f"{good} compatible draft(s){table} for {display_name(self.target() or '')}; "
                             f"{len(self.candidates) - good} other model(s) cannot draft for it")
 
     def _draft_changed(self, item, _prev=None) -> None:
         key = item.data(Qt.ItemDataRole.UserRole) if item is not None else NONE
-        self.draft_quant.setEnabled(key not in (NGRAM, NONE))
-        self.why.setText({NGRAM: "Prompt lookup drafts tokens by matching the last few tokens earlier in the "
+        self.draft_quant.setEnabled(key not in (NGRAM, NONE, PHRASES))
+        self.why.setText({PHRASES: "A table of the phrases this model kept writing in its own replies proposes "
+                                   "their continuation, with prompt lookup beside it: no draft model, a few MB of "
+                                   "memory, output identical to the target alone.",
+                          NGRAM: "Prompt lookup drafts tokens by matching the last few tokens earlier in the "
                                  "context: no extra memory, best on repetitive text and code.",
                           NONE: "Plain decoding: one target forward pass per token (the baseline)."}.get(
             key, "Same tokenizer as the target: its accepted guesses make the target emit several tokens per "
@@ -293,7 +310,7 @@ class ModelPickerDialog(QDialog):
 
     def choice(self) -> LoadRequest:
         key = self.draft_key()
-        drafter = {NGRAM: "ngram", NONE: "none"}.get(key, "model")
+        drafter = {NGRAM: "ngram", NONE: "none", PHRASES: "phrases"}.get(key, "model")
         tq = self.target_quant.currentData()
         dq = self.draft_quant.currentData() if drafter == "model" else "none"
         return LoadRequest(target=self.target() or self._current.target,
@@ -311,6 +328,8 @@ class ModelPickerDialog(QDialog):
             self.target_box.setCurrentIndex(i)  # re-lists drafts, then selects req's drafter
         else:
             key = {"ngram": NGRAM, "none": NONE}.get(req.drafter or "model", req.draft or NONE)
+            if req.drafter == "phrases" and not req.draft:
+                key = PHRASES
             self.select_draft(key)
 
     @staticmethod

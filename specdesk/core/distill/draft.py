@@ -171,6 +171,9 @@ def save_draft(draft, out: Path, target, *, head_ids: torch.Tensor | None, targe
         tensors[HEAD_IDS_KEY] = head_ids.to("cpu", torch.int64).contiguous()
     borrows.append("lm_head.weight")
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
+    from specdesk.core.userdirs import usual_mode
+
+    usual_mode(out / "model.safetensors")
     cfg = draft.config.to_dict()
     cfg.pop("specdesk_head_vocab", None)
     cfg["architectures"] = [type(draft).__name__]

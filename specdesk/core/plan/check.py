@@ -107,7 +107,9 @@ def check_generation(target: str, draft: str | None = None, *, drafter: str, tar
         advice.append("a shorter conversation: this prompt alone leaves no room (start a New chat)")
     rp = plan(target, draft, context=context, recommend=True, candidate_drafts=candidate_drafts,
               max_recommendations=10, **common)
-    current = {"target_quant": QuantSpec.parse(target_quant, double_quant).label, "drafter": p.drafter,
+    # a plan drafting with the target's phrases is prompt lookup's configuration (plus a table in host memory)
+    current = {"target_quant": QuantSpec.parse(target_quant, double_quant).label,
+               "drafter": "ngram" if p.drafter == "phrases" else p.drafter,
                "draft": draft, "draft_quant": QuantSpec.parse(draft_quant, double_quant).label}
     configs: list[str] = []
     for rec in rp.recommendations:

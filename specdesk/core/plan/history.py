@@ -78,11 +78,14 @@ def history_path() -> Path:
     return userdirs.data_dir() / FILENAME
 
 
+_NO_MODEL = ("ngram", "phrases", "none")  # drafters that load no draft model: named, not resolved as paths
+
+
 def _norm_model(ref: str | os.PathLike | None) -> str:
     if ref is None:
         return "none"
     text = str(ref)
-    if text in ("ngram", "none"):
+    if text in _NO_MODEL:
         return text
     return str(Path(text).expanduser().resolve())
 
@@ -114,7 +117,7 @@ def record_measurement(target: str | os.PathLike, target_quant: str, context: in
     """Store (or replace) the measured peak of one configuration. Raises OSError if the file can't be written."""
     dev = device_kind(device)
     m = Measurement(target=_norm_model(target), target_quant=str(target_quant), draft=_norm_model(draft),
-                    draft_quant=str(draft_quant) if draft not in (None, "ngram", "none") else "none",
+                    draft_quant=str(draft_quant) if draft not in (None, *_NO_MODEL) else "none",
                     dtype=str(dtype), device=dev, context=int(context), peak_bytes=int(peak_bytes),
                     kind=kind or ("cuda_max_reserved" if dev == "cuda" else "cpu_peak_rss"),
                     versions=library_versions(), predicted_bytes=predicted_bytes, time=time.time())
@@ -144,7 +147,7 @@ def lookup_measurement(target: str | os.PathLike, target_quant: str, context: in
     says which: the planner re-estimates at that context to set them side by side).
     """
     want = Measurement(target=_norm_model(target), target_quant=str(target_quant), draft=_norm_model(draft),
-                       draft_quant=str(draft_quant) if draft not in (None, "ngram", "none") else "none",
+                       draft_quant=str(draft_quant) if draft not in (None, *_NO_MODEL) else "none",
                        dtype=str(dtype), device=device_kind(device), context=int(context), peak_bytes=0,
                        kind="", versions=library_versions()).key()
     same = [r for r in load_measurements(path) if r.key()[:6] == want[:6] and r.key()[7:] == want[7:]]

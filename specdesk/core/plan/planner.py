@@ -28,7 +28,7 @@ from pathlib import Path
 from specdesk.core import phrases
 from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
-from specdesk.core.pairing import HYBRID, PHRASES, resolve_drafter
+from specdesk.core.pairing import HYBRID, PHRASES, may_take_own_draft, resolve_drafter
 from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
@@ -106,7 +106,7 @@ class ModelPlan:
 class Recommendation:
     rank: int
     target_quant: str  # QuantSpec label: none, int8, nf4, nf4+dq
-    drafter: str  # model, ngram, none
+    drafter: str  # model, ngram, phrases, none
     draft: str | None  # the draft's name (what to pass as --draft) for drafter "model"
     draft_quant: str
     context: int
@@ -373,7 +373,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     """Plan target (+ draft) on ``device`` ("cuda", "cuda:N" or "cpu") within ``budget_bytes``.
 
     target, draft: what ``specdesk.load`` takes (demo name, folder, Hugging Face id in the local cache);
-        config.json alone is enough. drafter: "model", "ngram" or "none" (default as ``specdesk.load``).
+        config.json alone is enough. drafter: "model", "model+lookup", "phrases", "ngram" or "none" (default as
+        ``specdesk.load``); the plan names "model+lookup" "model" (the same memory).
     target_quant, draft_quant: "none", "int8", "nf4", "fp4" (or "nf4+dq"), or a QuantSpec;
         ``double_quant`` applies to 4-bit names given as text. dtype: "auto" (bf16 on CUDA, fp32 on CPU),
         "float32", "float16" or "bfloat16". context: total tokens (prompt + new), default
@@ -400,6 +401,15 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     target_quant = resolve_quant(target, target_quant, device, dtype)  # "auto" as the load makes it
     draft_quant = resolve_quant(draft, draft_quant, device, dtype)
     table_bytes = None
+    own_note = None
+    if may_take_own_draft(str(target), None if draft is None else str(draft), drafter):
+        from specdesk.core.discovery import own_draft
+
+        found = own_draft(str(target))  # the bundled draft distilled for it, as the load takes it
+        if found is not None:
+            what = "the table is that of the draft" if drafter == PHRASES else "the draft is the one"
+            draft, own_note = found, (f"{what} bundled for this model ({Path(found).name}), as `specdesk "
+                                      f"generate` takes it; --drafter ngram or none plans without it")
     own = phrases.own_table_for(str(target), draft, drafter)  # `specdesk distill --phrases-only`'s (engine.load)
     if own is not None:
         drafter, table_bytes = PHRASES, phrases.resident_bytes(own)
@@ -410,14 +420,14 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     elif drafter == PHRASES:  # the table only (host memory, ~7 MB for SmolLM2's): no model loaded
         if table_bytes is None:
             table_bytes = phrases.resident_bytes(resolve(draft)) if draft is not None else 0
-        drafter, draft = "ngram", None
+        draft = None  # drafts as prompt lookup does (k + 1 positions a pass) with the table in host memory
     t_spec = QuantSpec.parse(target_quant, double_quant)
     d_spec = QuantSpec.parse(draft_quant, double_quant)
     pdtype = resolve_plan_dtype(dtype, device)
 
     t_a = analyze(target)
     d_a = analyze(draft) if draft is not None else None
-    notes: list[str] = []
+    notes: list[str] = [own_note] if own_note else []
     for a, spec in ((t_a, t_spec), (d_a, d_spec)):
         if a is not None and a.prequantized and spec.method != "none":
             raise BadSetting(f"{a.name} is already quantized ({a.prequantized}); plan it with quantization none")

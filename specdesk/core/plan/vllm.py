@@ -122,7 +122,9 @@ def build(p: Plan, par: ParallelPlan, *, target_ref: str, draft_ref: str | None,
         limits.append("the draft's tensor parallel size must be 1 or the target's "
                       f"({par.tensor_parallel}); this uses {par.draft_tensor_parallel}")
         limits.append("the draft must share the target's tokenizer (specdesk's loader checks it: `specdesk models --drafts-for TARGET`)")
-    elif p.drafter == "ngram":
+    elif p.drafter in ("ngram", "phrases"):
+        if p.drafter == "phrases":
+            notes.append("vLLM has no table of the target's phrases: its prompt lookup (ngram) drafts instead")
         spec = {"method": "ngram", "num_speculative_tokens": chosen, "prompt_lookup_max": int(ngram[0]),
                 "prompt_lookup_min": int(ngram[1])}
     else:
