@@ -254,8 +254,7 @@ class DistillDialog(QDialog):
             out = Path(self.out_edit.text()).expanduser()  # the box is locked while a run goes
             # a table (drafter phrases: the load finds it kept for this target), or the draft folder
             self._made = (None, "phrases") if self.kind.currentData() == "phrases" else (str(out), None)
-            self.status.setText(f"{ev.message} — Use it loads this model with it; Models → Choose models… offers "
-                                f"it for this model from now on.")
+            self.status.setText(f"{ev.message.rstrip('.')}. Use it loads the model with it now.")
         if self._thread is not None:
             self._thread.quit()
             self._thread.wait()

@@ -251,7 +251,8 @@ class ModelPickerDialog(QDialog):
         self.own_table = own
         first_good = None
         if own is not None:
-            item = self._add_draft_item(f"the model's own phrases  ·  {own.describe()} (no draft model)", PHRASES,
+            item = self._add_draft_item(f"the model's own phrases  ·  {own.contexts:,} contexts, {own.replies:,} "
+                                        f"replies", PHRASES,
                                         tip=f"Made by Train a draft → Phrases only: {own.path}")
             self.draft_list.insertItem(0, self.draft_list.takeItem(self.draft_list.row(item)))
         for c in self.candidates:
