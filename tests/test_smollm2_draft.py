@@ -4,6 +4,7 @@ target: offered first for it, small, loaded on the target's embeddings, greedy o
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest import DEMO, held_tensors, differing_tensors, specdesk_side_by_side
 from test_gguf_smollm2 import SHA256, smollm2_gguf  # noqa: F401 - the cached-download fixture
@@ -129,3 +130,45 @@ def test_planned_with_it_as_it_loads(smollm2_gguf):  # noqa: F811
     lookup = plan(str(smollm2_gguf), drafter="ngram", **common)
     assert (lookup.drafter, lookup.draft, rows(lookup)) == ("ngram", None, [])
     assert not any("bundled" in n for n in lookup.notes)
+
+
+def test_the_same_model_in_another_file_takes_it_too(smollm2_gguf, tmp_path):  # noqa: F811
+    """SmolLM2 as a Hugging Face folder (bfloat16: another file of the same model) has no draft of its own; the bundled
+    one, distilled for the GGUF, fits it (the same vocabulary, width and tokenizer): listed right after drafts made for
+    exactly it, taken when no draft is given (saying for which file it was made), greedy output the folder's own. The
+    same shapes with another tokenizer do not take it."""
+    import os
+    import shutil
+
+    import torch
+
+    import specdesk
+    from specdesk.core.discovery import drafts_for, own_draft
+    from specdesk.core.models.convert import converted_folder
+
+    from conftest import swapped_token_copy
+
+    folder = converted_folder(smollm2_gguf, torch.bfloat16)
+    assert own_draft(str(folder)) == str(DRAFT)
+    first = drafts_for(str(folder))[0]
+    assert first.entry.name == str(DRAFT) and first.compatible
+    assert first.reason == "distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same vocabulary, width and tokenizer"
+    said: list[str] = []
+    e = specdesk.load(str(folder), device="cpu", progress=said.append)
+    assert e.draft is not None and Path(e.draft.path) == DRAFT and e.drafter == "model+lookup"
+    assert any("distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same vocabulary" in s for s in said)
+    d = e.describe()["draft"]
+    assert not d["distilled_for_target"] and d["distilled_for"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    ids, _ = e.prompt_ids("Give three tips for writing clear emails.")
+    plain = e.generate(ids, max_new_tokens=24, drafter="none")
+    fast = e.generate(ids, max_new_tokens=24, k=2, drafter="model")
+    assert fast.token_ids == plain.token_ids and fast.stats.accepted > 0
+    other = tmp_path / "other-tokenizer"  # the same config and weights, two token ids swapped
+    light = tmp_path / "light"
+    light.mkdir()
+    for f in folder.iterdir():
+        if f.name != "model.safetensors" and f.is_file():
+            shutil.copy(f, light / f.name)
+    swapped_token_copy(light, other)
+    os.symlink(folder / "model.safetensors", other / "model.safetensors")
+    assert own_draft(str(other)) is None

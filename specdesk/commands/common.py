@@ -75,7 +75,7 @@ def use_own_draft(args, say) -> None:
     found = own_draft(args.target)
     if found is not None:
         args.draft = found
-        say(f"{drafting_with(found, args.drafter)} (--drafter ngram or none: without it)")
+        say(f"{drafting_with(found, args.drafter, args.target)} (--drafter ngram or none: without it)")
 
 
 def load_engine(args, progress=None):

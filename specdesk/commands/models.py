@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps([c.to_dict() for c in cands], indent=2))
             return 0
         good = [c for c in cands if c.compatible]
-        print(f"Compatible drafts for {args.drafts_for} (distilled for it first, then smallest first):")
+        print(f"Compatible drafts for {args.drafts_for} (distilled for it first, then for the same model, then smallest first):")
         for c in good:
             note = f"  ({c.reason})" if c.reason else ""
             print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  "

@@ -330,20 +330,29 @@ def distilled_for(draft: str | Path, target: str | Path) -> bool:
     return bool(want) and want == _target_sha256(Path(target))
 
 
-def drafting_with(found: str, drafter: str | None) -> str:
+def drafting_with(found: str, drafter: str | None, target: str | None = None) -> str:
     """The line that says a bundled draft found by :func:`own_draft` is used (of it, drafter "phrases" reads only its
-    table of the target's phrases)."""
+    table of the target's phrases), and for which model it was distilled where that is not exactly ``target``."""
     name = Path(found).name
     what = f"the table of this model's phrases in {name}" if drafter == "phrases" else name
-    return f"drafting with {what}, distilled for this model"
+    if target is None or distilled_for(found, resolve(target)):
+        return f"drafting with {what}, distilled for this model"
+    from specdesk.core.distill.draft import borrow_info
+
+    made_for = ((borrow_info(Path(found)) or {}).get("target") or {}).get("name") or "another file"
+    return (f"drafting with {what}, distilled for {made_for}: the same vocabulary, width and tokenizer (this model "
+            f"in another file, or a fine-tune of it); output stays this model's")
 
 
 def own_draft(target: str) -> str | None:
-    """The bundled draft distilled for exactly ``target`` (its card names the target file's sha256), or None: what
-    `specdesk generate` and `serve` draft with when no draft is given. Cheap for any other target: its vocabulary
-    and hidden size come from its header or config.json (describing it whole imported transformers' GGUF readers,
-    ~0.5 s of a one-shot call), and only a target with a bundled draft's shapes is hashed (SmolLM2's 98 MB file:
-    ~0.2 s, kept in the user cache)."""
+    """The bundled draft distilled for ``target``, or None: what `specdesk generate` and `serve` draft with when no draft
+    is given. First one distilled for exactly this file (its card names the file's sha256); else one distilled for the
+    same model in another file (another quantization or format, or a fine-tune of it: the same vocabulary, width and
+    tokenizer; it borrows this target's own embeddings and head, and verification keeps the output this target's).
+    Cheap for any other target: its vocabulary and hidden size come from its header or config.json (describing it
+    whole imported transformers' GGUF readers, ~0.5 s of a one-shot call), and only a target with a bundled draft's
+    shapes is hashed (SmolLM2's 98 MB file: ~0.2 s, kept in the user cache) and, where the hash differs, has its
+    tokenizer compared with the draft's."""
     try:
         t_path = resolve(target)
     except SpecdeskError:
@@ -351,6 +360,7 @@ def own_draft(target: str) -> str | None:
     if t_path.is_dir() and t_path.parent == bundled_models_dir():
         return None  # the demo models have their own pairing
     shapes = None
+    same_shapes = []
     for path in _bundled_drafts(bundled_models_dir()):
         e = describe_folder(path, path.name, "bundled")
         want = e.draft_for or {}
@@ -361,7 +371,52 @@ def own_draft(target: str) -> str | None:
             continue
         if want["sha256"] == _target_sha256(t_path):
             return str(path)
-    return None
+        same_shapes.append(path)
+    return next((str(p) for p in same_shapes if same_model(t_path, p)), None)
+
+
+SAME_FILE = "same-model.json"  # in the user cache: same_model's verdicts, by target, its files' sizes and times
+
+
+def _same_key(target: Path, draft: Path) -> str | None:
+    """What same_model's verdict depends on: the target's path and the size and time of the files that say its shapes
+    and tokenizer (a GGUF file itself; a folder's config and tokenizer files), and the draft's config."""
+    files = [target] if target.is_file() else [target / f for f in ("config.json", *TOKENIZER_FILES)]
+    try:
+        stamps = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
+        stamps.append(("draft", (draft / "config.json").stat().st_mtime_ns))
+    except OSError:
+        return None
+    return json.dumps([str(target.resolve()), str(draft.resolve()), stamps])
+
+
+def same_model(target: Path, draft: Path) -> bool:
+    """Whether a distilled ``draft`` (made for another file) fits ``target`` as the model it was made for: the
+    vocabulary and width its config names, and the same tokenizer (token for token, the same special tokens). The
+    verdict is kept in the user cache (loading two tokenizers to compare them took ~1 s of every load of SmolLM2 as a
+    Hugging Face folder)."""
+    from specdesk.core.compat import check_tokenizers
+    from specdesk.core.distill.draft import borrow_info
+
+    target, draft = Path(target), Path(draft)
+    key = _same_key(target, draft)
+    if key is None:
+        return False
+    kept = userdirs.read_json_dict(userdirs.cache_dir() / SAME_FILE)
+    if isinstance(kept.get(key), bool):
+        return kept[key]
+    want = (borrow_info(draft) or {}).get("target") or {}
+    ok = _shapes(target) == (want.get("vocab_size"), want.get("hidden_size"))
+    if ok:
+        try:
+            ok = check_tokenizers(_tokenizer(target), _tokenizer(draft)).ok
+        except Exception:  # a tokenizer that does not load: not the same model as far as we can tell
+            ok = False
+    try:
+        userdirs.write_json(userdirs.cache_dir() / SAME_FILE, {**kept, key: ok})
+    except OSError:  # a read-only cache: decided again next time
+        pass
+    return ok
 
 
 def _shapes(path: Path) -> tuple[int | None, int | None]:
@@ -449,15 +504,16 @@ class DraftCandidate:
 
 
 def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[DraftCandidate]:
-    """Local models that can draft for ``target``: drafts distilled for it first, then compatible ones smallest
-    first, then the others with why."""
+    """Local models that can draft for ``target``: drafts distilled for it first, then drafts distilled for the same
+    model in another file (another quantization or format, or the model a fine-tune came from: the same vocabulary,
+    width and tokenizer), then compatible ones smallest first, then the others with why."""
     from specdesk.core.compat import check_tokenizers
 
     t_path = resolve(target)
     t_entry = describe_path(t_path, target, "target")
     t_digest = _tokenizer_digest(t_path)
     t_tok = None
-    good, bad, own = [], [], []
+    good, bad, own, kin = [], [], [], []
     for e in entries if entries is not None else discover():
         if e.path and Path(e.path).resolve() == t_path.resolve():
             continue
@@ -475,8 +531,12 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
             if mine:
                 own.append(DraftCandidate(e, True, "distilled for this model"))
                 continue
+        # distilled for another file of the same shapes: the same model elsewhere (or a fine-tune) if the tokenizer is
+        made_for = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same vocabulary, width and " \
+                   f"tokenizer" if e.draft_for is not None else ""
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
-            good.append(DraftCandidate(e, True))  # byte-identical tokenizer files: same mapping
+            # byte-identical tokenizer files: same mapping
+            (kin if made_for else good).append(DraftCandidate(e, True, made_for))
             continue
         try:
             t_tok = t_tok or _tokenizer(t_path)
@@ -484,6 +544,10 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
         except SpecdeskError as err:
             bad.append(DraftCandidate(e, False, str(err)))
             continue
+        if comp.ok and made_for:
+            kin.append(DraftCandidate(e, True, made_for))
+            continue
         (good if comp.ok else bad).append(DraftCandidate(e, comp.ok, comp.reason))
     good.sort(key=lambda c: (c.entry.params or 0, c.entry.bytes_on_disk))
-    return own + good + bad  # drafts distilled for this very target first
+    # drafts distilled for this very target first, then for the same model in another file, then any that fit
+    return own + kin + good + bad

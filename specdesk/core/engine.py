@@ -287,7 +287,11 @@ class Engine:
         """Models, quantization and device, for session logs and status bars."""
         draft = None
         if self.draft is not None:
-            draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target}
+            from specdesk.core.distill.draft import borrow_info
+
+            made_for = ((borrow_info(Path(self.draft.path)) or {}).get("target") or {}).get("name")
+            draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target,
+                     "distilled_for": made_for}  # the file it was distilled for (a distilled draft), else None
         phrases = None if self.phrases is None else {"contexts": len(self.phrases), **self.phrases.info}
         return {"target": self.target.describe(), "draft": draft, "phrases": phrases,
                 "drafter": self.drafter, "device": self.device,
@@ -328,7 +332,7 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
 
         draft = own_draft(target)
         if draft is not None:
-            say(drafting_with(draft, drafter))
+            say(drafting_with(draft, drafter, target))
     from specdesk.core import phrases
 
     table = None

@@ -348,8 +348,10 @@ class MainWindow(QMainWindow):
         self.new_chat()
         if self._welcome:
             self.show_welcome()
-        own = " The draft was distilled for this model." if (info.description.get("draft") or {}).get(
-            "distilled_for_target") else ""
+        d = info.description.get("draft") or {}
+        own = (" The draft was distilled for this model." if d.get("distilled_for_target") else
+               f" The draft was distilled for {d['distilled_for']}, the same model in another file." if
+               d.get("distilled_for") else "")
         self.chat.add_notice(f"Loaded {info.pair_label} on {info.device}: {mode}.{own}")
         self._set_state("idle")
         self._save_settings()
