@@ -362,6 +362,25 @@ def test_listed_first_for_its_target_and_planned_without_the_shared_tensors(dist
     assert not [r for r in gpu.rows() if "phrases" in r[1]] and any("host memory" in n for n in gpu.notes)
 
 
+def test_its_target_loaded_without_a_draft_takes_it(distilled, distill_target):
+    """`specdesk distill` remembers its folder; a load of that target with no draft then drafts with it (as with a
+    bundled draft), saying so, and drafter ngram leaves it out."""
+    import specdesk
+    from specdesk.core import userdirs
+    from specdesk.core.discovery import distilled_for, own_draft
+
+    out, _ = distilled
+    made = [Path(f) for f in userdirs.added_folders() if Path(f).is_dir() and distilled_for(f, distill_target)]
+    assert out in made  # other tests of this module distil for the same target too: the newest is taken
+    newest = max(made, key=lambda f: f.stat().st_mtime)
+    assert own_draft(str(distill_target)) == str(newest)
+    said: list[str] = []
+    e = specdesk.load(str(distill_target), device="cpu", progress=said.append)
+    assert e.draft is not None and Path(e.draft.path) == newest and e.drafter.startswith("model")
+    assert f"drafting with {newest.name}, distilled for this model" in said
+    assert specdesk.load(str(distill_target), drafter="ngram", device="cpu").draft is None
+
+
 def _own_tensors(out: Path) -> dict:
     from safetensors.torch import load_file
 

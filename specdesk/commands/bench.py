@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from specdesk.commands.common import load_engine
+    from specdesk.commands.common import load_engine, use_own_draft
     from specdesk.core.bench.analysis import against_defaults, analyse, goals
     from specdesk.core.bench.report import markdown, to_json
     from specdesk.core.bench.runner import default_methods, run_suite
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
             raise BadSetting(f"cannot write {out}: folder {out.parent} does not exist")
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    use_own_draft(args, lambda m: say(f"specdesk: {m}"))  # the bench measures the draft `specdesk generate` takes
     if args.drafter is None:
         args.drafter = "model" if (args.draft or args.target == "demo-target") else "ngram"
     engine = load_engine(args, progress=say)

@@ -64,8 +64,8 @@ def add_sampling_args(p: argparse.ArgumentParser) -> None:
 
 
 def use_own_draft(args, say) -> None:
-    """No --draft given (and a drafter that may use one): the bundled draft distilled for this very target, if there is
-    one (discovery.own_draft), with a line on stderr saying so."""
+    """No --draft given (and a drafter that may use one): a draft distilled for this target (bundled, or made here by
+    `specdesk distill`), if there is one (discovery.own_draft), with a line on stderr saying so."""
     from specdesk.core.pairing import may_take_own_draft
 
     if not may_take_own_draft(args.target, args.draft, args.drafter):

@@ -344,9 +344,27 @@ def drafting_with(found: str, drafter: str | None, target: str | None = None) ->
             f"in another file, or a fine-tune of it); output stays this model's")
 
 
+def _distilled_drafts() -> list[tuple[Path, str]]:
+    """(folder, source) of every draft distilled for some target that specdesk knows: the bundled ones, then those
+    `specdesk distill` made here (it remembers its output folder), the newest first."""
+    from specdesk.core.distill.draft import borrow_info
+
+    found = [(p, "bundled") for p in _bundled_drafts(bundled_models_dir())]
+    made = []
+    for text in userdirs.added_folders():
+        p = Path(text)
+        if p.is_dir() and borrow_info(p) is not None:
+            try:
+                made.append((p.stat().st_mtime, p))
+            except OSError:
+                continue
+    return found + [(p, "added") for _, p in sorted(made, key=lambda m: -m[0])]
+
+
 def own_draft(target: str) -> str | None:
-    """The bundled draft distilled for ``target``, or None: what `specdesk generate` and `serve` draft with when no draft
-    is given. First one distilled for exactly this file (its card names the file's sha256); else one distilled for the
+    """The draft distilled for ``target``, or None: what `specdesk generate` and `serve` draft with when no draft is
+    given. A bundled one, or one `specdesk distill` made here (the newest first). First one distilled for exactly
+    this file (its card names the file's sha256); else one distilled for the
     same model in another file (another quantization or format, or a fine-tune of it: the same vocabulary, width and
     tokenizer; it borrows this target's own embeddings and head, and verification keeps the output this target's).
     Cheap for any other target: its vocabulary and hidden size come from its header or config.json (describing it
@@ -358,11 +376,15 @@ def own_draft(target: str) -> str | None:
     except SpecdeskError:
         return None
     if t_path.is_dir() and t_path.parent == bundled_models_dir():
-        return None  # the demo models have their own pairing
+        return None  # the demo models have their own pairing (and a bundled draft loads only as a draft)
+    from specdesk.core.distill.draft import borrow_info
+
+    if borrow_info(t_path) is not None:
+        return None  # a distilled draft loaded as a target: refused in one line by the load, with no draft beside it
     shapes = None
     same_shapes = []
-    for path in _bundled_drafts(bundled_models_dir()):
-        e = describe_folder(path, path.name, "bundled")
+    for path, source in _distilled_drafts():
+        e = describe_folder(path, path.name if source == "bundled" else str(path), source)
         want = e.draft_for or {}
         if not e.usable or not want.get("sha256"):
             continue

@@ -322,8 +322,9 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     (prompt lookup, then the draft's table of the target's phrases; no model pass), "ngram" (prompt lookup) or
     "none" (plain decoding). Left out, it is "model+lookup" when a draft is
     given, or when the target is the bundled demo-target (its draft is demo-draft), and "ngram" otherwise. With no
-    draft given and a drafter that may use one, a target with a bundled draft distilled for it (discovery.own_draft:
-    SmolLM2-135M-Instruct's Q4_1 GGUF) drafts with that draft, as the command line and the app do.
+    draft given and a drafter that may use one, a target with a draft distilled for it (discovery.own_draft: bundled,
+    as SmolLM2-135M-Instruct's, or made here by `specdesk distill`; for that file, else for the same model in another
+    file) drafts with that draft, as the command line and the app do.
     Quantization: "none", "int8", "nf4" or "fp4", for each model independently.
     """
     say = progress or (lambda msg: None)

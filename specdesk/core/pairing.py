@@ -18,7 +18,7 @@ def default_drafter(has_draft: bool) -> str:
 
 def may_take_own_draft(target: str, draft: str | None, drafter: str | None) -> bool:
     """Whether a request leaves the draft to specdesk: no draft given, a drafter that may use one, and not the demo
-    target (its pairing is demo-draft). Such a target then drafts with the bundled draft distilled for it, if there
+    target (its pairing is demo-draft). Such a target then drafts with a draft distilled for it, if there
     is one (discovery.own_draft): the engine, the command line and the app decide by this one rule."""
     return draft is None and drafter in (None, *NEEDS_DRAFT) and target != "demo-target"
 

@@ -37,7 +37,7 @@ def _set_icon(app) -> None:
 
 def startup_request(target: str | None, draft: str | None, saved: LoadRequest | None) -> LoadRequest:
     """What to load at start: the command line, else the last pair, else the bundled demo pair. A target given without
-    a draft takes the bundled draft distilled for it, if there is one, as `specdesk generate` and `serve` do (SmolLM2's
+    a draft takes a draft distilled for it (bundled or made here), if there is one, as `specdesk generate` and `serve` do (SmolLM2's
     GGUF started with n-gram lookup alone here: ~1.0x where its draft gives ~1.3-1.4x)."""
     if target is not None or draft is not None:
         t = target or "demo-target"
