@@ -362,9 +362,10 @@ def test_listed_first_for_its_target_and_planned_without_the_shared_tensors(dist
     assert not [r for r in gpu.rows() if "phrases" in r[1]] and any("host memory" in n for n in gpu.notes)
 
 
-def test_its_target_loaded_without_a_draft_takes_it(distilled, distill_target):
+def test_its_target_loaded_without_a_draft_takes_it(distilled, distill_target, tiny_target):
     """`specdesk distill` remembers its folder; a load of that target with no draft then drafts with it (as with a
-    bundled draft), saying so, and drafter ngram leaves it out."""
+    bundled draft), saying so, and drafter ngram leaves it out. A model of the same vocabulary, width and tokenizer
+    but another number of layers (the suite's tiny target: 2 layers, this target 3) is not taken for the same model."""
     import specdesk
     from specdesk.core import userdirs
     from specdesk.core.discovery import distilled_for, own_draft
@@ -379,6 +380,7 @@ def test_its_target_loaded_without_a_draft_takes_it(distilled, distill_target):
     assert e.draft is not None and Path(e.draft.path) == newest and e.drafter.startswith("model")
     assert f"drafting with {newest.name}, distilled for this model" in said
     assert specdesk.load(str(distill_target), drafter="ngram", device="cpu").draft is None
+    assert own_draft(str(tiny_target)) is None
 
 
 def _own_tensors(out: Path) -> dict:

@@ -238,7 +238,7 @@ def test_the_memory_a_loaded_table_takes_is_what_the_planner_counts(tmp_path):
     assert phrases.resident_bytes(tmp_path / "nowhere") == 0
 
 
-def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path, capsys):
+def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path, capsys, monkeypatch):
     """`specdesk distill --phrases-only`: no draft model, the table of the target's phrases in its replies, kept for
     the target; loading that target without a draft then drafts with it (greedy output still the target's), the
     planner counts it, and drafter ngram (asked for) leaves it out."""
@@ -248,6 +248,9 @@ def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path
 
     from conftest import make_llama
 
+    # remembered folders of this test's own: a draft other tests distilled for a model of these shapes and tokenizer
+    # would otherwise be taken as one made for the same model (discovery.own_draft)
+    monkeypatch.setenv("SPECDESK_CONFIG_DIR", str(tmp_path / "config"))
     target = make_llama(tmp_path / "fine-tune", hidden=64, layers=2, seed=11)
     out = tmp_path / "phrases"
     with pytest.raises(BadSetting, match="needs a table of this model's phrases.*--phrases-only"):

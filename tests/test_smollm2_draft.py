@@ -134,7 +134,7 @@ def test_planned_with_it_as_it_loads(smollm2_gguf):  # noqa: F811
 
 def test_the_same_model_in_another_file_takes_it_too(smollm2_gguf, tmp_path):  # noqa: F811
     """SmolLM2 as a Hugging Face folder (bfloat16: another file of the same model) has no draft of its own; the bundled
-    one, distilled for the GGUF, fits it (the same vocabulary, width and tokenizer): listed right after drafts made for
+    one, distilled for the GGUF, fits it (the same vocabulary, width, layers and tokenizer): listed right after drafts made for
     exactly it, taken when no draft is given (saying for which file it was made), greedy output the folder's own. The
     same shapes with another tokenizer do not take it."""
     import os
@@ -152,11 +152,11 @@ def test_the_same_model_in_another_file_takes_it_too(smollm2_gguf, tmp_path):  #
     assert own_draft(str(folder)) == str(DRAFT)
     first = drafts_for(str(folder))[0]
     assert first.entry.name == str(DRAFT) and first.compatible
-    assert first.reason == "distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same vocabulary, width and tokenizer"
+    assert first.reason == "distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same shapes and tokenizer"
     said: list[str] = []
     e = specdesk.load(str(folder), device="cpu", progress=said.append)
     assert e.draft is not None and Path(e.draft.path) == DRAFT and e.drafter == "model+lookup"
-    assert any("distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same vocabulary" in s for s in said)
+    assert any("distilled for SmolLM2-135M-Instruct.Q4_1.gguf: the same shapes and tokenizer" in s for s in said)
     d = e.describe()["draft"]
     assert not d["distilled_for_target"] and d["distilled_for"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     ids, _ = e.prompt_ids("Give three tips for writing clear emails.")

@@ -340,7 +340,7 @@ def drafting_with(found: str, drafter: str | None, target: str | None = None) ->
     from specdesk.core.distill.draft import borrow_info
 
     made_for = ((borrow_info(Path(found)) or {}).get("target") or {}).get("name") or "another file"
-    return (f"drafting with {what}, distilled for {made_for}: the same vocabulary, width and tokenizer (this model "
+    return (f"drafting with {what}, distilled for {made_for}: the same shapes and tokenizer (this model "
             f"in another file, or a fine-tune of it); output stays this model's")
 
 
@@ -363,14 +363,14 @@ def _distilled_drafts() -> list[tuple[Path, str]]:
 
 def own_draft(target: str) -> str | None:
     """The draft distilled for ``target``, or None: what `specdesk generate` and `serve` draft with when no draft is
-    given. A bundled one, or one `specdesk distill` made here (the newest first). First one distilled for exactly
-    this file (its card names the file's sha256); else one distilled for the
-    same model in another file (another quantization or format, or a fine-tune of it: the same vocabulary, width and
-    tokenizer; it borrows this target's own embeddings and head, and verification keeps the output this target's).
-    Cheap for any other target: its vocabulary and hidden size come from its header or config.json (describing it
-    whole imported transformers' GGUF readers, ~0.5 s of a one-shot call), and only a target with a bundled draft's
-    shapes is hashed (SmolLM2's 98 MB file: ~0.2 s, kept in the user cache) and, where the hash differs, has its
-    tokenizer compared with the draft's."""
+    given. A bundled one, or one `specdesk distill` made here (the newest first). First one distilled for exactly this
+    file (its card names the file's sha256); else one distilled for the same model in another file (another
+    quantization or format, or a fine-tune of it: the same vocabulary, width, layers and tokenizer; it borrows this
+    target's own embeddings and head, and verification keeps the output this target's). Cheap for any other target:
+    its vocabulary and hidden size come from its header or config.json (describing it whole imported transformers'
+    GGUF readers, ~0.5 s of a one-shot call), and only a target with a draft's shapes is hashed (SmolLM2's 98 MB file:
+    ~0.2 s, kept in the user cache) and, where the hash differs, has its tokenizer compared with the draft's (the
+    verdict kept too)."""
     try:
         t_path = resolve(target)
     except SpecdeskError:
@@ -428,7 +428,7 @@ def same_model(target: Path, draft: Path) -> bool:
     if isinstance(kept.get(key), bool):
         return kept[key]
     want = (borrow_info(draft) or {}).get("target") or {}
-    ok = _shapes(target) == (want.get("vocab_size"), want.get("hidden_size"))
+    ok = _model_shapes_match(target, want)
     if ok:
         try:
             ok = check_tokenizers(_tokenizer(target), _tokenizer(draft)).ok
@@ -455,6 +455,27 @@ def _shapes(path: Path) -> tuple[int | None, int | None]:
         return vocab_size(header), header.get("embedding_length")
     except (OSError, ValueError, SpecdeskError):
         return None, None
+
+
+def _layers(path: Path) -> int | None:
+    """A model's number of layers from its GGUF header or config.json, or None."""
+    try:
+        if path.is_dir():
+            cfg = json.loads((path / "config.json").read_text())
+            return cfg.get("num_hidden_layers") or _text_config(cfg).get("num_hidden_layers")
+        from specdesk.core.models.ggufheader import read_gguf_header
+
+        return read_gguf_header(path).get("block_count")
+    except (OSError, ValueError, SpecdeskError):
+        return None
+
+
+def _model_shapes_match(target: Path, want: dict) -> bool:
+    """Whether ``target`` has the shapes a distilled draft's config names for the model it was made for: vocabulary
+    and width, and the number of layers where the config records it (the same model, as far as shapes tell)."""
+    if _shapes(target) != (want.get("vocab_size"), want.get("hidden_size")):
+        return False
+    return not want.get("num_hidden_layers") or _layers(target) == want["num_hidden_layers"]
 
 
 def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
@@ -528,7 +549,7 @@ class DraftCandidate:
 def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[DraftCandidate]:
     """Local models that can draft for ``target``: drafts distilled for it first, then drafts distilled for the same
     model in another file (another quantization or format, or the model a fine-tune came from: the same vocabulary,
-    width and tokenizer), then compatible ones smallest first, then the others with why."""
+    width, layers and tokenizer), then compatible ones smallest first, then the others with why."""
     from specdesk.core.compat import check_tokenizers
 
     t_path = resolve(target)
@@ -554,8 +575,8 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
                 own.append(DraftCandidate(e, True, "distilled for this model"))
                 continue
         # distilled for another file of the same shapes: the same model elsewhere (or a fine-tune) if the tokenizer is
-        made_for = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same vocabulary, width and " \
-                   f"tokenizer" if e.draft_for is not None else ""
+        made_for = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and " \
+                   f"tokenizer" if e.draft_for is not None and _model_shapes_match(t_path, e.draft_for) else ""
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
             # byte-identical tokenizer files: same mapping
             (kin if made_for else good).append(DraftCandidate(e, True, made_for))
