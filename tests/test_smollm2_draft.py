@@ -123,13 +123,14 @@ def test_planned_with_it_as_it_loads(smollm2_gguf):  # noqa: F811
 
     p = plan(str(smollm2_gguf), **common)
     assert p.drafter == "model" and p.draft is not None and p.draft.name == DRAFT.name
-    assert any("bundled for this model" in n for n in p.notes) and rows(p) == [table] and table > 0
+    assert any(n.startswith("drafting with smollm2-135m-instruct-draft, distilled for this model") for n in p.notes)
+    assert rows(p) == [table] and table > 0
     only = plan(str(smollm2_gguf), drafter="phrases", **common)
     assert (only.drafter, only.draft, rows(only)) == ("phrases", None, [table])
-    assert any(n.startswith("the table is that of the draft bundled") for n in only.notes)
+    assert any(n.startswith("drafting with the table of this model's phrases in smollm2") for n in only.notes)
     lookup = plan(str(smollm2_gguf), drafter="ngram", **common)
     assert (lookup.drafter, lookup.draft, rows(lookup)) == ("ngram", None, [])
-    assert not any("bundled" in n for n in lookup.notes)
+    assert not any("drafting with" in n for n in lookup.notes)
 
 
 def test_the_same_model_in_another_file_takes_it_too(smollm2_gguf, tmp_path):  # noqa: F811

@@ -331,8 +331,8 @@ def distilled_for(draft: str | Path, target: str | Path) -> bool:
 
 
 def drafting_with(found: str, drafter: str | None, target: str | None = None) -> str:
-    """The line that says a bundled draft found by :func:`own_draft` is used (of it, drafter "phrases" reads only its
-    table of the target's phrases), and for which model it was distilled where that is not exactly ``target``."""
+    """The line that says a draft found by :func:`own_draft` is used (of it, drafter "phrases" reads only its table of
+    the target's phrases), and for which file it was distilled where that is not exactly ``target``."""
     name = Path(found).name
     what = f"the table of this model's phrases in {name}" if drafter == "phrases" else name
     if target is None or distilled_for(found, resolve(target)):
@@ -414,7 +414,7 @@ def _same_key(target: Path, draft: Path) -> str | None:
 
 def same_model(target: Path, draft: Path) -> bool:
     """Whether a distilled ``draft`` (made for another file) fits ``target`` as the model it was made for: the
-    vocabulary and width its config names, and the same tokenizer (token for token, the same special tokens). The
+    vocabulary, width and layers its config names, and the same tokenizer (token for token, the same special tokens). The
     verdict is kept in the user cache (loading two tokenizers to compare them took ~1 s of every load of SmolLM2 as a
     Hugging Face folder)."""
     from specdesk.core.compat import check_tokenizers

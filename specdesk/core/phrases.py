@@ -242,8 +242,8 @@ class OwnTable:
 
 def own_table(target: str) -> OwnTable | None:
     """The table `specdesk distill --phrases-only` made for ``target`` where a load without a draft takes it (no draft
-    was bundled for the target: that one comes first), read for the model list and the picker; else None. One that
-    does not read raises BadModel."""
+    distilled for the target, discovery.own_draft: that one comes first), read for the model list and the picker;
+    else None. One that does not read raises BadModel."""
     from specdesk.core.discovery import own_draft
 
     path = own_table_for(target, None, None)

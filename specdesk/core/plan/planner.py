@@ -403,13 +403,12 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     table_bytes = None
     own_note = None
     if may_take_own_draft(str(target), None if draft is None else str(draft), drafter):
-        from specdesk.core.discovery import own_draft
+        from specdesk.core.discovery import drafting_with, own_draft
 
-        found = own_draft(str(target))  # the bundled draft distilled for it, as the load takes it
+        found = own_draft(str(target))  # a draft distilled for it, as the load takes it
         if found is not None:
-            what = "the table is that of the draft" if drafter == PHRASES else "the draft is the one"
-            draft, own_note = found, (f"{what} bundled for this model ({Path(found).name}), as `specdesk "
-                                      f"generate` takes it; --drafter ngram or none plans without it")
+            draft, own_note = found, (f"{drafting_with(found, drafter, str(target))}, as `specdesk generate` takes "
+                                      f"it; --drafter ngram or none plans without it")
     own = phrases.own_table_for(str(target), draft, drafter)  # `specdesk distill --phrases-only`'s (engine.load)
     if own is not None:
         drafter, table_bytes = PHRASES, phrases.resident_bytes(own)
