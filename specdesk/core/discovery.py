@@ -324,9 +324,9 @@ def _distilled_fit(e: ModelEntry, t_path: Path, t_entry: ModelEntry) -> tuple[bo
 def distilled_for(draft: str | Path, target: str | Path) -> bool:
     """Whether ``draft`` is a draft distilled for exactly ``target``: its config names the target file's sha256 (the
     hash cached as :func:`own_draft` keeps it). False for any other draft, without hashing the target."""
-    from specdesk.core.distill.draft import borrow_info
+    from specdesk.core.distill.draft import made_for
 
-    want = ((borrow_info(Path(draft)) or {}).get("target") or {}).get("sha256")
+    want = made_for(Path(draft)).get("sha256")
     return bool(want) and want == _target_sha256(Path(target))
 
 
@@ -337,10 +337,10 @@ def drafting_with(found: str, drafter: str | None, target: str | None = None) ->
     what = f"the table of this model's phrases in {name}" if drafter == "phrases" else name
     if target is None or distilled_for(found, resolve(target)):
         return f"drafting with {what}, distilled for this model"
-    from specdesk.core.distill.draft import borrow_info
+    from specdesk.core.distill.draft import made_for
 
-    made_for = ((borrow_info(Path(found)) or {}).get("target") or {}).get("name") or "another file"
-    return (f"drafting with {what}, distilled for {made_for}: the same shapes and tokenizer (this model "
+    name = made_for(Path(found)).get("name") or "another file"
+    return (f"drafting with {what}, distilled for {name}: the same shapes and tokenizer (this model "
             f"in another file, or a fine-tune of it); output stays this model's")
 
 
@@ -418,7 +418,7 @@ def same_model(target: Path, draft: Path) -> bool:
     verdict is kept in the user cache (loading two tokenizers to compare them took ~1 s of every load of SmolLM2 as a
     Hugging Face folder)."""
     from specdesk.core.compat import check_tokenizers
-    from specdesk.core.distill.draft import borrow_info
+    from specdesk.core.distill.draft import made_for
 
     target, draft = Path(target), Path(draft)
     key = _same_key(target, draft)
@@ -427,7 +427,7 @@ def same_model(target: Path, draft: Path) -> bool:
     kept = userdirs.read_json_dict(userdirs.cache_dir() / SAME_FILE)
     if isinstance(kept.get(key), bool):
         return kept[key]
-    want = (borrow_info(draft) or {}).get("target") or {}
+    want = made_for(draft)
     ok = _model_shapes_match(target, want)
     if ok:
         try:
@@ -575,11 +575,11 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
                 own.append(DraftCandidate(e, True, "distilled for this model"))
                 continue
         # distilled for another file of the same shapes: the same model elsewhere (or a fine-tune) if the tokenizer is
-        made_for = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and " \
-                   f"tokenizer" if e.draft_for is not None and _model_shapes_match(t_path, e.draft_for) else ""
+        kin_reason = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and " \
+                     f"tokenizer" if e.draft_for is not None and _model_shapes_match(t_path, e.draft_for) else ""
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
             # byte-identical tokenizer files: same mapping
-            (kin if made_for else good).append(DraftCandidate(e, True, made_for))
+            (kin if kin_reason else good).append(DraftCandidate(e, True, kin_reason))
             continue
         try:
             t_tok = t_tok or _tokenizer(t_path)
@@ -587,8 +587,8 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
         except SpecdeskError as err:
             bad.append(DraftCandidate(e, False, str(err)))
             continue
-        if comp.ok and made_for:
-            kin.append(DraftCandidate(e, True, made_for))
+        if comp.ok and kin_reason:
+            kin.append(DraftCandidate(e, True, kin_reason))
             continue
         (good if comp.ok else bad).append(DraftCandidate(e, comp.ok, comp.reason))
     good.sort(key=lambda c: (c.entry.params or 0, c.entry.bytes_on_disk))

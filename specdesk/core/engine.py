@@ -283,15 +283,20 @@ class Engine:
 
         return self.draft is not None and distilled_for(self.draft.path, self.target.path)
 
+    @functools.cached_property
+    def draft_made_for(self) -> str | None:
+        """The file a distilled draft was distilled for, as its config names it (another file of the same model where
+        draft_distilled_for_target is False), else None; read once, as draft_distilled_for_target."""
+        from specdesk.core.distill.draft import made_for
+
+        return made_for(Path(self.draft.path)).get("name") if self.draft is not None else None
+
     def describe(self) -> dict:
         """Models, quantization and device, for session logs and status bars."""
         draft = None
         if self.draft is not None:
-            from specdesk.core.distill.draft import borrow_info
-
-            made_for = ((borrow_info(Path(self.draft.path)) or {}).get("target") or {}).get("name")
             draft = {**self.draft.describe(), "distilled_for_target": self.draft_distilled_for_target,
-                     "distilled_for": made_for}  # the file it was distilled for (a distilled draft), else None
+                     "distilled_for": self.draft_made_for}
         phrases = None if self.phrases is None else {"contexts": len(self.phrases), **self.phrases.info}
         return {"target": self.target.describe(), "draft": draft, "phrases": phrases,
                 "drafter": self.drafter, "device": self.device,

@@ -231,14 +231,18 @@ class ModelPickerDialog(QDialog):
         run_task(lambda: (drafts_for(target, entries), phrases.own_table(target)),
                  lambda found: self._set_drafts(tag, *found), self._failed, owner=self)
 
-    def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "") -> QListWidgetItem:
+    def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "",
+                        row: int | None = None) -> QListWidgetItem:
         item = QListWidgetItem(text)
         item.setData(Qt.ItemDataRole.UserRole, key)
         if not enabled:
             item.setFlags(item.flags() & ~Qt.ItemFlag.ItemIsEnabled & ~Qt.ItemFlag.ItemIsSelectable)
             item.setForeground(QColor(theme.MUTED))
         item.setToolTip(tip or text)
-        self.draft_list.addItem(item)
+        if row is None:
+            self.draft_list.addItem(item)
+        else:
+            self.draft_list.insertItem(row, item)
         return item
 
     def _set_drafts(self, tag: int, candidates, own=None) -> None:
@@ -251,10 +255,8 @@ class ModelPickerDialog(QDialog):
         self.own_table = own
         first_good = None
         if own is not None:
-            item = self._add_draft_item(f"the model's own phrases  ·  {own.contexts:,} contexts, {own.replies:,} "
-                                        f"replies", PHRASES,
-                                        tip=f"Made by Train a draft → Phrases only: {own.path}")
-            self.draft_list.insertItem(0, self.draft_list.takeItem(self.draft_list.row(item)))
+            self._add_draft_item(f"the model's own phrases  ·  {own.contexts:,} contexts, {own.replies:,} replies",
+                                 PHRASES, tip=f"Made by Train a draft → Phrases only: {own.path}", row=0)
         for c in self.candidates:
             if c.compatible:
                 note = f"  ·  {c.reason}" if c.reason else ""  # "distilled for this model" (listed first)

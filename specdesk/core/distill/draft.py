@@ -210,6 +210,12 @@ def borrow_info(path: Path) -> dict | None:
     return info if isinstance(info, dict) and info.get("borrows") else None
 
 
+def made_for(path: Path) -> dict:
+    """The model a distilled draft folder was made for, as its config names it (name, file, sha256 and shapes), or {}
+    for any other folder."""
+    return (borrow_info(path) or {}).get("target") or {}
+
+
 def _read_own(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     from safetensors.torch import load_file
 
