@@ -94,16 +94,19 @@ class Int4Linear(nn.Module):
 
     def codes(self) -> torch.Tensor:
         """The 4-bit codes, (N, K) int32 in 0..15, read back from the kernel's layout (tests/test_int4.py checks it
-        against what was packed): whole blocks of 64 rows as (K, 32) bytes, row j in the low nibble and row
-        j + 32 in the high one; the last N % 64 rows as (K, rows / 2) bytes, rows 2j and 2j + 1."""
+        against what was packed), which follows the vector width torch's CPU kernels were dispatched for: whole
+        blocks of B rows (64 with AVX-512, 32 with AVX2) as (K, B / 2) bytes, row j in the low nibble and row j + B / 2
+        in the high one; the last N % B rows, and every row without either, as (K, rows / 2) bytes, rows 2j and 2j + 1."""
         n, k = self.out_features, self.scales_zeros.shape[0] * GROUP
         flat = self.packed.reshape(-1)
-        blocks = n // 64
-        main = flat[:blocks * k * 32].reshape(blocks, k, 32)
-        parts = [torch.cat([main & 15, main >> 4], dim=2).permute(0, 2, 1).reshape(blocks * 64, k)]
-        rest = n - blocks * 64
+        width = {"AVX512": 64, "AVX2": 32}.get(torch.backends.cpu.get_cpu_capability())
+        blocks = n // width if width else 0
+        half = (width or 2) // 2
+        main = flat[:blocks * k * half].reshape(blocks, k, half)
+        parts = [torch.cat([main & 15, main >> 4], dim=2).permute(0, 2, 1).reshape(blocks * half * 2, k)]
+        rest = n - blocks * half * 2
         if rest:
-            tail = flat[blocks * k * 32:].reshape(k, rest // 2)
+            tail = flat[blocks * k * half:].reshape(k, rest // 2)
             parts.append(torch.stack([tail & 15, tail >> 4], dim=2).reshape(k, rest).t())
         return torch.cat(parts).to(torch.int32)
 
@@ -411,7 +414,7 @@ def row_plan(cost: dict[int, float], margin: float = 0.9) -> dict[int, tuple[int
 def fuse(mods: list) -> Int4Linear | None:
     """One Int4Linear computing the given ones side by side (q/k/v, gate/up: one kernel call instead of several),
     or None. The kernel packs rows in blocks of 64, so only layers with a multiple of 64 outputs join up (the
-    fused outputs are then bit for bit the separate ones: tests/test_int4.py)."""
+    fused outputs are then bit for bit the separate ones: tests/test_int4.py; 64 is a multiple of AVX2's 32 too)."""
     if len(mods) < 2 or not (all(type(m) is Int4Linear for m in mods) or all(type(m) is NativeQ4Linear for m in mods)):
         return None
     k, kind = mods[0].in_features, type(mods[0])
