@@ -210,6 +210,9 @@ static int pv_rows(int R, int64_t chunks, const float *s, int64_t ls, const int6
 /* Whether attend_rows serves this head size, and how many rows it takes at once. */
 static int rows_block(int64_t hd) { return hd == 64 ? RMAX : (hd == 128 ? 3 : 0); }
 
+/* Floats of attend_rows' work space for R rows over up to L keys. */
+static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + R * hd + 16; }
+
 static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const int64_t *Lr, int R,
                         const uint16_t *kc, const uint16_t *vc, int64_t hd, float scale, float *work) {
     int64_t Lmax = 0, Lmin = INT64_MAX;
@@ -222,6 +225,127 @@ static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const 
     scores(qr, Lr, R, kc, hd, Lmax, NULL, Lmax, scale, s, Lmax);
     for (int r = 0; r < R; r++) softmax_row(s + r * Lmax, Lr[r]);
     pv_rows(R, hd / 16, s, Lmax, Lr, Lmin, Lmax, vc, Lmax, NULL, o);
+    for (int r = 0; r < R; r++)
+        for (int64_t i = 0; i < hd; i++) outr[r][i] = to_bf(o[r * hd + i]);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+#define ROWS_AVX2 1
+#include <immintrin.h>
+#define RMAX 6
+
+static inline __m256 widen8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* dot()'s last steps for 8 keys at once: t[l] holds key l's 8 sums after its first tree step (lanes l + lanes l + 8);
+ * the steps over lanes 4, 2, 1 apart are dot()'s additions, the same operands in the same order; key l's result in
+ * lane l. */
+static inline __m256 tree8(const __m256 *t) {
+    __m256 x[4], y[2];
+    for (int i = 0; i < 4; i++) /* lanes l and l + 4 of keys 2i (low half) and 2i + 1 (high half) */
+        x[i] = _mm256_add_ps(_mm256_permute2f128_ps(t[2 * i], t[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(t[2 * i], t[2 * i + 1], 0x31));
+    for (int i = 0; i < 2; i++) { /* lanes l and l + 2: keys 4i, 4i + 2 | 4i + 1, 4i + 3 */
+        const __m256d a = _mm256_castps_pd(x[2 * i]), b = _mm256_castps_pd(x[2 * i + 1]);
+        y[i] = _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)), _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+    }
+    /* lanes l and l + 1: keys 0, 2, 4, 6 | 1, 3, 5, 7, then in key order */
+    const __m256 z = _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88), _mm256_shuffle_ps(y[0], y[1], 0xdd));
+    return _mm256_permutevar8x32_ps(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* scores of rows r < R (queries qf[r], float, hd a multiple of 16; row r sees keys 0 .. Lr[r] - 1) 8 keys at a time,
+ * each key widened once for all rows (kf: 8 * hd floats): s[r * ls + j] = dot(q_r, k_j) * scale, dot()'s bits. */
+static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_t *kc, int64_t hd, int64_t Lmax,
+                        float scale, float *s, int64_t ls, float *kf) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    for (int64_t j0 = 0; j0 < Lmax; j0 += 8) {
+        const int cnt = Lmax - j0 < 8 ? (int)(Lmax - j0) : 8;
+        for (int l = 0; l < cnt; l++)
+            for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + l * hd + d, widen8(kc + (j0 + l) * hd + d));
+        for (int r = 0; r < R; r++) {
+            const int64_t left = Lr[r] - j0;
+            if (left <= 0) continue;
+            const int c = left < cnt ? (int)left : cnt;
+            const float *q = qf + r * hd;
+            __m256 t[8];
+            for (int l = 0; l < 8; l++) {
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                if (l < c)
+                    for (int64_t d = 0; d < hd; d += 16) { /* dot()'s 16 lanes: 0-7 in lo, 8-15 in hi */
+                        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kf + l * hd + d), lo);
+                        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(kf + l * hd + d + 8), hi);
+                    }
+                t[l] = _mm256_add_ps(lo, hi);
+            }
+            float out[8];
+            _mm256_storeu_ps(out, _mm256_mul_ps(tree8(t), sc));
+            memcpy(s + r * ls + j0, out, (size_t)c * sizeof(float));
+        }
+    }
+}
+
+/* The weighted sums of values for rows r < R, 16 dimensions at a time, keys in order: each dimension's sum is
+ * attend_one's fmaf chain (from 0), so the same bits, with the rows' sums in registers and each value row widened
+ * once for all of them. */
+static inline __attribute__((always_inline)) void pv_rows_n(const int R, const float *s, int64_t ls, const int64_t *Lr,
+                                                            int64_t Lmin, int64_t Lmax, const uint16_t *vc, int64_t hd,
+                                                            float *o) {
+    for (int64_t c = 0; c < hd; c += 16) {
+        __m256 a0[RMAX], a1[RMAX];
+        for (int r = 0; r < R; r++) a0[r] = _mm256_setzero_ps(), a1[r] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < Lmax; j++) {
+            const __m256 v0 = widen8(vc + j * hd + c), v1 = widen8(vc + j * hd + c + 8);
+            for (int r = 0; r < R; r++)
+                if (j < Lmin || j < Lr[r]) {
+                    const __m256 w = _mm256_set1_ps(s[r * ls + j]);
+                    a0[r] = _mm256_fmadd_ps(w, v0, a0[r]);
+                    a1[r] = _mm256_fmadd_ps(w, v1, a1[r]);
+                }
+        }
+        for (int r = 0; r < R; r++) {
+            _mm256_storeu_ps(o + r * hd + c, a0[r]);
+            _mm256_storeu_ps(o + r * hd + c + 8, a1[r]);
+        }
+    }
+}
+
+static void pv_rows(int R, const float *s, int64_t ls, const int64_t *Lr, int64_t Lmin, int64_t Lmax,
+                    const uint16_t *vc, int64_t hd, float *o) {
+    switch (R) {
+    case 1: pv_rows_n(1, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 2: pv_rows_n(2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 3: pv_rows_n(3, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 4: pv_rows_n(4, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 5: pv_rows_n(5, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    default: pv_rows_n(RMAX, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    }
+}
+
+/* Whether attend_rows serves this head size (dot() takes 16 dimensions a step), and how many rows it takes at once. */
+static int rows_block(int64_t hd) { return hd % 16 == 0 && hd <= 256 ? RMAX : 0; }
+
+/* Floats of attend_rows' work space for R rows over up to L keys. */
+static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + 2 * R * hd + 8 * hd + 16; }
+
+/* Rows sharing a KV head, as the AVX-512 kernel's attend_rows: each key and value loaded once for all rows, each row's
+ * scores, softmax and weighted sum attend_one's, operation for operation in the same order (so the same bits). */
+static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const int64_t *Lr, int R,
+                        const uint16_t *kc, const uint16_t *vc, int64_t hd, float scale, float *work) {
+    int64_t Lmax = 0, Lmin = INT64_MAX;
+    for (int r = 0; r < R; r++) {
+        Lmax = Lr[r] > Lmax ? Lr[r] : Lmax;
+        Lmin = Lr[r] < Lmin ? Lr[r] : Lmin;
+    }
+    float *restrict s = work;           /* (R, Lmax) scores, then weights */
+    float *restrict o = s + R * Lmax;   /* (R, hd) */
+    float *restrict qf = o + R * hd;    /* (R, hd) */
+    float *restrict kf = qf + R * hd;   /* (8, hd) */
+    for (int r = 0; r < R; r++)
+        for (int64_t i = 0; i < hd; i++) qf[r * hd + i] = bf(qr[r][i]);
+    scores_rows(qf, Lr, R, kc, hd, Lmax, scale, s, Lmax, kf);
+    for (int r = 0; r < R; r++) softmax_row(s + r * Lmax, Lr[r]);
+    pv_rows(R, s, Lmax, Lr, Lmin, Lmax, vc, hd, o);
     for (int r = 0; r < R; r++)
         for (int64_t i = 0; i < hd; i++) outr[r][i] = to_bf(o[r * hd + i]);
 }
@@ -289,7 +413,7 @@ int sd_attend(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, int64_t
         longest = L > longest ? L : longest;
     }
     if (threads < 1) threads = 1;
-#ifdef FAST_SCORES
+#if defined(FAST_SCORES) || defined(ROWS_AVX2)
     if (rows_block(hd) && hd % 32 == 0 && extra_off[n] == 0) {
         /* Items of up to RMAX rows on one KV head (row t * g + i: position t's query head i), the rows split evenly,
          * and into smaller items where there would be fewer than two a thread (one position of SmolLM2's 3 KV heads
@@ -301,7 +425,7 @@ int sd_attend(const uint16_t *q, const uint16_t *kc, const uint16_t *vc, int64_t
         const int64_t rb = (rows + blocks - 1) / blocks;
         blocks = (rows + rb - 1) / rb;
         const int64_t items = hk * blocks;
-        const int64_t per = rb * longest + rb * hd + 16;
+        const int64_t per = rows_work(rb, longest, hd);
         if (threads > items) threads = (int)items;
         float *work = (float *)malloc((size_t)(per * threads) * sizeof(float));
         if (!work) return -1;
