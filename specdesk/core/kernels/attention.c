@@ -57,6 +57,15 @@ static void softmax_row(float *restrict si, int64_t L) {
     for (int64_t j = 0; j < L; j++) si[j] *= inv;
 }
 
+/* The fewest and the most keys rows r < R see. */
+static void key_span(const int64_t *Lr, int R, int64_t *Lmin, int64_t *Lmax) {
+    *Lmin = INT64_MAX, *Lmax = 0;
+    for (int r = 0; r < R; r++) {
+        *Lmax = Lr[r] > *Lmax ? Lr[r] : *Lmax;
+        *Lmin = Lr[r] < *Lmin ? Lr[r] : *Lmin;
+    }
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #define FAST_SCORES 1
 /* r[l] = the sum of a[l]'s 16 lanes, for 16 vectors at once (each sum by the same fixed tree, whatever the others). */
@@ -215,11 +224,8 @@ static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + R * 
 
 static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const int64_t *Lr, int R,
                         const uint16_t *kc, const uint16_t *vc, int64_t hd, float scale, float *work) {
-    int64_t Lmax = 0, Lmin = INT64_MAX;
-    for (int r = 0; r < R; r++) {
-        Lmax = Lr[r] > Lmax ? Lr[r] : Lmax;
-        Lmin = Lr[r] < Lmin ? Lr[r] : Lmin;
-    }
+    int64_t Lmin, Lmax;
+    key_span(Lr, R, &Lmin, &Lmax);
     float *restrict s = work;       /* (R, Lmax) scores, then weights */
     float *restrict o = s + R * Lmax; /* (R, hd) */
     scores(qr, Lr, R, kc, hd, Lmax, NULL, Lmax, scale, s, Lmax);
@@ -332,11 +338,8 @@ static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + 2 * 
  * scores, softmax and weighted sum attend_one's, operation for operation in the same order (so the same bits). */
 static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const int64_t *Lr, int R,
                         const uint16_t *kc, const uint16_t *vc, int64_t hd, float scale, float *work) {
-    int64_t Lmax = 0, Lmin = INT64_MAX;
-    for (int r = 0; r < R; r++) {
-        Lmax = Lr[r] > Lmax ? Lr[r] : Lmax;
-        Lmin = Lr[r] < Lmin ? Lr[r] : Lmin;
-    }
+    int64_t Lmin, Lmax;
+    key_span(Lr, R, &Lmin, &Lmax);
     float *restrict s = work;           /* (R, Lmax) scores, then weights */
     float *restrict o = s + R * Lmax;   /* (R, hd) */
     float *restrict qf = o + R * hd;    /* (R, hd) */

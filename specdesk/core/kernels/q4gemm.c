@@ -286,6 +286,17 @@ static void store_bf16x8(uint16_t *p, const int64_t *cols, __m256 v) {
     store_bf_cols(p, cols, f, 8);
 }
 
+/* A group's codes for 8 columns (bytes 0 .. 31 of each of its four 64-byte chunks from p): wv[t] its chunk t's low
+ * nibbles, wv[t + 4] its high ones. */
+static inline __attribute__((always_inline)) void unpack_half(const uint8_t *p, __m256i *wv) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int t = 0; t < 4; t++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * t));
+        wv[t] = _mm256_and_si256(v, low);
+        wv[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+    }
+}
+
 /* AVX2 has no 8-bit dot product, so a group's products are vpmaddubsw's (pairs of code x input, |pair| <= 2 * 15 *
  * 127 = 3810): its eight are summed in 16 bits (at most 8 * 3810 = 30480, so exactly) and widened once (vpmaddwd),
  * not each on its own: the same integer sums, so the same bits, in fewer instructions. On a CPU with only AVX2 (AMD
@@ -300,7 +311,6 @@ static inline __attribute__((always_inline)) void q4_block_halves(const int8_t *
                                                              const uint16_t *s, uint16_t *y, int64_t ldy,
                                                              const int64_t *cols) {
     const int64_t G = K / 32;
-    const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     for (int h = 0; h < 2; h++) {
         __m256 acc[MR];
@@ -312,11 +322,7 @@ static inline __attribute__((always_inline)) void q4_block_halves(const int8_t *
                 _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
             }
             __m256i wv[8];
-            for (int t = 0; t < 4; t++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(wp + 64 * t));
-                wv[t] = _mm256_and_si256(v, low);
-                wv[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-            }
+            unpack_half(wp, wv);
             __m256 step = load_bf16x8(s + g * 32 + 8 * h), zero = load_bf16x8(s + g * 32 + 16 + 8 * h);
             __m256 c = _mm256_fmadd_ps(step, _mm256_set1_ps(-8.0f), zero);
             for (int r = 0; r < rows; r++) {
@@ -340,7 +346,6 @@ static inline __attribute__((always_inline)) void q4_block_whole(const int8_t *q
                                                              const uint16_t *s, uint16_t *y, int64_t ldy,
                                                              const int64_t *cols) {
     const int64_t G = K / 32;
-    const __m256i low = _mm256_set1_epi8(0x0f);
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc0[MR], acc1[MR];
     for (int r = 0; r < rows; r++) acc0[r] = _mm256_setzero_ps(), acc1[r] = _mm256_setzero_ps();
@@ -349,12 +354,8 @@ static inline __attribute__((always_inline)) void q4_block_whole(const int8_t *q
         for (int c = 0; c < 4; c++) _mm_prefetch((const char *)(wp + PREFETCH * 256 + 64 * c), _MM_HINT_T0);
         _mm_prefetch((const char *)(s + (g + PREFETCH) * 32), _MM_HINT_T0);
         __m256i wv[16];
-        for (int h = 0; h < 2; h++)
-            for (int t = 0; t < 4; t++) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)(wp + 64 * t + 32 * h));
-                wv[8 * h + t] = _mm256_and_si256(v, low);
-                wv[8 * h + t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-            }
+        unpack_half(wp, wv);
+        unpack_half(wp + 32, wv + 8);
         __m256 step0 = load_bf16x8(s + g * 32), zero0 = load_bf16x8(s + g * 32 + 16);
         __m256 step1 = load_bf16x8(s + g * 32 + 8), zero1 = load_bf16x8(s + g * 32 + 24);
         __m256 c0 = _mm256_fmadd_ps(step0, _mm256_set1_ps(-8.0f), zero0);
