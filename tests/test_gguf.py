@@ -200,8 +200,10 @@ def test_a_q4_conversion_removes_the_forms_it_supersedes(gguf_dir, tiny_target):
     path = write_gguf(tiny_target, gguf_dir / "superseded.gguf", "Q4_1")
     root = entry_dir(read_gguf_header(path))
     version = torch.__version__.split("+")[0]
-    old = ["float32", f"q4-own-{q4store.LAYOUT - 1}", f"q4-torch-0.1.0-{q4store.LAYOUT}"]
-    kept = ["bfloat16", f"q4-own-{q4store.LAYOUT}", f"q4-torch-{version}-{q4store.LAYOUT}"]
+    width = torch.backends.cpu.get_cpu_capability().lower()
+    old = ["float32", f"q4-own-{q4store.LAYOUT - 1}", f"q4-torch-0.1.0-{width}-{q4store.LAYOUT}",
+           f"q4-torch-{version}-{q4store.LAYOUT}"]  # torch's form as named before the vector width was in it
+    kept = ["bfloat16", f"q4-own-{q4store.LAYOUT}", f"q4-torch-{version}-{width}-{q4store.LAYOUT}"]
     kept.remove(q4store.folder_name())  # this machine's form is the one the load writes
     for name in old + kept:
         (root / name).mkdir(parents=True)
@@ -211,7 +213,7 @@ def test_a_q4_conversion_removes_the_forms_it_supersedes(gguf_dir, tiny_target):
     assert [name for name in old if (root / name).exists()] == []
     assert all((root / name / "model.safetensors").exists() for name in kept)
     freed = [m for m in said if m.startswith("removed the ")]
-    assert len(freed) == 3 and all("superseded.gguf" in m and "3.0 MiB freed" in m for m in freed), said
+    assert len(freed) == 4 and all("superseded.gguf" in m and "3.0 MiB freed" in m for m in freed), said
     wide = converted_folder(path, torch.float32)  # a later --target-quant none load
     again: list[str] = []
     load_model(str(path), "q4", device="cpu", progress=again.append)

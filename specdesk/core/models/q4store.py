@@ -24,10 +24,12 @@ Encoder = Callable[[str, object], list]  # (name, float32 tensor) -> [(stored na
 
 def folder_names() -> tuple[str, str]:
     """The cache folders of the current q4 forms: specdesk's own kernel's layout, and torch's int4 kernel's (whose
-    packing belongs to the torch version)."""
+    packing belongs to the torch version and to the vector width its CPU kernels run at: blocks of 64 rows with
+    AVX-512, of 32 with AVX2, so a cache shared by two such machines must not hand one the other's)."""
     import torch
 
-    return f"q4-own-{LAYOUT}", f"q4-torch-{torch.__version__.split('+')[0]}-{LAYOUT}"
+    width = torch.backends.cpu.get_cpu_capability().lower()
+    return f"q4-own-{LAYOUT}", f"q4-torch-{torch.__version__.split('+')[0]}-{width}-{LAYOUT}"
 
 
 def folder_name() -> str:
