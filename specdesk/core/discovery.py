@@ -389,7 +389,7 @@ def own_draft(target: str) -> str | None:
         if not e.usable or not want.get("sha256"):
             continue
         shapes = shapes or _shapes(t_path)
-        if shapes != (want.get("vocab_size"), want.get("hidden_size")):
+        if shapes[:2] != (want.get("vocab_size"), want.get("hidden_size")):  # the layers: same_model's, below
             continue
         if want["sha256"] == _target_sha256(t_path):
             return str(path)
@@ -428,7 +428,7 @@ def same_model(target: Path, draft: Path) -> bool:
     if isinstance(kept.get(key), bool):
         return kept[key]
     want = made_for(draft)
-    ok = _model_shapes_match(target, want)
+    ok = _shapes_match(_shapes(target), want)
     if ok:
         try:
             ok = check_tokenizers(_tokenizer(target), _tokenizer(draft)).ok
@@ -441,41 +441,31 @@ def same_model(target: Path, draft: Path) -> bool:
     return ok
 
 
-def _shapes(path: Path) -> tuple[int | None, int | None]:
-    """A model's (vocabulary, hidden size) from its GGUF header or config.json (no model built), or Nones."""
+def _shapes(path: Path) -> tuple[int | None, int | None, int | None]:
+    """A model's (vocabulary, hidden size, number of layers) from its GGUF header or config.json, read once (no model
+    built), or Nones."""
     try:
         if path.is_dir():
             cfg = json.loads((path / "config.json").read_text())
             text = _text_config(cfg)
-            return cfg.get("vocab_size") or text.get("vocab_size"), cfg.get("hidden_size") or text.get("hidden_size")
+            return tuple(cfg.get(key) or text.get(key) for key in ("vocab_size", "hidden_size", "num_hidden_layers"))
         from specdesk.core.models.gguf import vocab_size
         from specdesk.core.models.ggufheader import read_gguf_header
 
         header = read_gguf_header(path)
-        return vocab_size(header), header.get("embedding_length")
+        return vocab_size(header), header.get("embedding_length"), header.get("block_count")
     except (OSError, ValueError, SpecdeskError):
-        return None, None
+        return None, None, None
 
 
-def _layers(path: Path) -> int | None:
-    """A model's number of layers from its GGUF header or config.json, or None."""
-    try:
-        if path.is_dir():
-            cfg = json.loads((path / "config.json").read_text())
-            return cfg.get("num_hidden_layers") or _text_config(cfg).get("num_hidden_layers")
-        from specdesk.core.models.ggufheader import read_gguf_header
-
-        return read_gguf_header(path).get("block_count")
-    except (OSError, ValueError, SpecdeskError):
-        return None
-
-
-def _model_shapes_match(target: Path, want: dict) -> bool:
-    """Whether ``target`` has the shapes a distilled draft's config names for the model it was made for: vocabulary
-    and width, and the number of layers where the config records it (the same model, as far as shapes tell)."""
-    if _shapes(target) != (want.get("vocab_size"), want.get("hidden_size")):
+def _shapes_match(shapes: tuple[int | None, int | None, int | None], want: dict) -> bool:
+    """Whether a model of ``shapes`` (:func:`_shapes`) has those a distilled draft's config names for the model it was
+    made for: vocabulary and width, and the number of layers where the config records it (the same model, as far as
+    shapes tell)."""
+    vocab, hidden, layers = shapes
+    if (vocab, hidden) != (want.get("vocab_size"), want.get("hidden_size")):
         return False
-    return not want.get("num_hidden_layers") or _layers(target) == want["num_hidden_layers"]
+    return not want.get("num_hidden_layers") or layers == want["num_hidden_layers"]
 
 
 def _without_repeats(entries: list[ModelEntry]) -> list[ModelEntry]:
@@ -555,7 +545,7 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
     t_path = resolve(target)
     t_entry = describe_path(t_path, target, "target")
     t_digest = _tokenizer_digest(t_path)
-    t_tok = None
+    t_tok = t_shapes = None
     good, bad, own, kin = [], [], [], []
     for e in entries if entries is not None else discover():
         if e.path and Path(e.path).resolve() == t_path.resolve():
@@ -575,8 +565,10 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
                 own.append(DraftCandidate(e, True, "distilled for this model"))
                 continue
         # distilled for another file of the same shapes: the same model elsewhere (or a fine-tune) if the tokenizer is
+        if e.draft_for is not None:
+            t_shapes = t_shapes or _shapes(t_path)
         kin_reason = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and " \
-                     f"tokenizer" if e.draft_for is not None and _model_shapes_match(t_path, e.draft_for) else ""
+                     f"tokenizer" if e.draft_for is not None and _shapes_match(t_shapes, e.draft_for) else ""
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
             # byte-identical tokenizer files: same mapping
             (kin if kin_reason else good).append(DraftCandidate(e, True, kin_reason))
