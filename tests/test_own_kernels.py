@@ -258,6 +258,18 @@ def test_rotary_cache_write_and_swiglu_are_the_torch_forms(march):
     ref = torch.nn.functional.silu(gate) * up
     assert ((out.float() - ref.float()).abs() <= ref.float().abs() * 2 ** -7 + 1e-30).all()
     assert (out == ref).float().mean() > 0.95
+    # 8 lanes at a time where AVX2 is built, then one by one: the same (gate, up) pairs at 0-4 (in the first 8) and
+    # at 8-12 (the tail of 13) give the same bits, infinities and NaN included
+    vals = torch.cat([torch.randn(4092, 2, generator=g) * 8, torch.tensor([[float("inf"), 1.0], [float("-inf"), 2.0],
+                                                                          [float("nan"), 1.0], [1.0, float("nan")]])])
+    pairs = vals[torch.randperm(4096, generator=g)].bfloat16().view(-1, 4, 2)  # (1024 rows, 4 pairs, gate/up)
+    gu = torch.zeros(1024, 26, dtype=torch.bfloat16)
+    for at in (0, 8):
+        gu[:, at:at + 4], gu[:, 13 + at:13 + at + 4] = pairs[..., 0], pairs[..., 1]
+    out = torch.empty(1024, 13, dtype=torch.bfloat16)
+    kernels.library().sd_silu_mul(gu.data_ptr(), 1024, 13, out.data_ptr())
+    assert torch.equal(out[:, :4].view(torch.int16), out[:, 8:12].view(torch.int16))
+    assert out[:, :4].isnan().sum() >= 2 and out[:, :4].isinf().any()
 
 
 def test_argmax_is_torchs_first_largest_value(march):
@@ -292,6 +304,14 @@ def test_sampling_softmax_is_torchs_to_float32_rounding(march):
         assert got[1, 7] == 0
         assert torch.equal(process_logits(x, SamplingConfig(temperature=t)), got)  # the path sampling takes
     assert kernels.softmax(x[0], 0.7).shape == (49152 + 5,)  # one row, as a drafter asks
+    # the vector loops' exp and the tail's one by one: the same logit gives the same probability in either
+    y = x.clone()
+    y[:, -5:] = y[:, 100:105]
+    for t in (0.7, 1.6):
+        got = kernels.softmax(y, t)
+        assert torch.equal(got[:, -5:], got[:, 100:105])
+        kept = process_logits(y, SamplingConfig(temperature=t, top_k=40000))  # and through sd_process_bf16's
+        assert torch.equal(kept[:, -5:], kept[:, 100:105]) and (kept[:, 100:105] > 0).any()
 
 
 @pytest.mark.parametrize("v", [49152 + 9, 300, 17])

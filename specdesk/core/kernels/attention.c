@@ -239,10 +239,6 @@ static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const 
 #include <immintrin.h>
 #define RMAX 6
 
-static inline __m256 widen8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
 /* dot()'s last steps for 8 keys at once: t[l] holds key l's 8 sums after its first tree step (lanes l + lanes l + 8);
  * the steps over lanes 4, 2, 1 apart are dot()'s additions, the same operands in the same order; key l's result in
  * lane l. */
@@ -268,7 +264,7 @@ static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_
     for (int64_t j0 = 0; j0 < Lmax; j0 += 8) {
         const int cnt = Lmax - j0 < 8 ? (int)(Lmax - j0) : 8;
         for (int l = 0; l < cnt; l++)
-            for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + l * hd + d, widen8(kc + (j0 + l) * hd + d));
+            for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + l * hd + d, load_bf16x8(kc + (j0 + l) * hd + d));
         for (int r = 0; r < R; r++) {
             const int64_t left = Lr[r] - j0;
             if (left <= 0) continue;
@@ -301,7 +297,7 @@ static inline __attribute__((always_inline)) void pv_rows_n(const int R, const f
         __m256 a0[RMAX], a1[RMAX];
         for (int r = 0; r < R; r++) a0[r] = _mm256_setzero_ps(), a1[r] = _mm256_setzero_ps();
         for (int64_t j = 0; j < Lmax; j++) {
-            const __m256 v0 = widen8(vc + j * hd + c), v1 = widen8(vc + j * hd + c + 8);
+            const __m256 v0 = load_bf16x8(vc + j * hd + c), v1 = load_bf16x8(vc + j * hd + c + 8);
             for (int r = 0; r < R; r++)
                 if (j < Lmin || j < Lr[r]) {
                     const __m256 w = _mm256_set1_ps(s[r * ls + j]);

@@ -276,10 +276,6 @@ static void q4_block_amx(const int8_t *qx, const float *dx, const float *dsum, i
 #elif defined(__AVX2__) && defined(__FMA__)
 #define SD_ISA "avx2"
 
-static inline __m256 load_bf16x8(const uint16_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
 static void store_bf16x8(uint16_t *p, const int64_t *cols, __m256 v) {
     float f[8];
     _mm256_storeu_ps(f, v);
