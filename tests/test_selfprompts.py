@@ -13,27 +13,30 @@ from test_gguf_smollm2 import smollm2_gguf  # noqa: F401 - the cached-download f
 
 
 @pytest.fixture(scope="module")
-def smollm2_bf16(smollm2_gguf):  # noqa: F811
+def smollm2_target(smollm2_gguf):  # noqa: F811
+    """The target as `specdesk distill` loads it to write prompts on this CPU: bfloat16 where matmuls are fast in it
+    (AMX), else float32 (bfloat16 on an AVX2-only CPU took 142 s for this file's batches, float32 ~50)."""
+    from specdesk.core.distill.pipeline import data_dtype
     from specdesk.core.loading import load_model
 
-    return load_model(str(smollm2_gguf), dtype="bfloat16", device="cpu")
+    return load_model(str(smollm2_gguf), dtype=data_dtype("cpu"), device="cpu")
 
 
-def test_the_user_prefix_is_the_template_up_to_a_users_message(smollm2_bf16):
+def test_the_user_prefix_is_the_template_up_to_a_users_message(smollm2_target):
     from specdesk.core.distill.data import chat_ids
     from specdesk.core.distill.selfprompts import user_prefix
 
-    tok = smollm2_bf16.tokenizer
+    tok = smollm2_target.tokenizer
     prefix = user_prefix(tok)
     assert tok.decode(prefix).endswith("<|im_start|>user\n") and "<|im_start|>system" in tok.decode(prefix)
     assert chat_ids(tok, "Hello there")[:len(prefix)] == prefix  # what the answering step puts before a message
 
 
-def test_the_target_writes_distinct_ended_messages_resumably(smollm2_bf16, tmp_path):
+def test_the_target_writes_distinct_ended_messages_resumably(smollm2_target, tmp_path):
     from specdesk.core.distill import selfprompts
     from specdesk.core.distill.prompts import FREE_PROMPTS
 
-    t = smollm2_bf16
+    t = smollm2_target
     whole, split = tmp_path / "whole.json", tmp_path / "split.json"
     seen = list(selfprompts.write(t.model, t.tokenizer, whole, 20, seed=3, eos_ids=t.eos_ids, batch=16))
     assert seen[0] == (0, 20) and seen[-1] == (20, 20) and [k for k, _ in seen] == sorted(k for k, _ in seen)
