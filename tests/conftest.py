@@ -13,10 +13,13 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# OpenMP threads that spin while they wait made torch several times slower whenever another process shared the
-# 2 cores (seen here: the sampling tests stalled for minutes beside one niced job); sleeping waits cost a few
-# percent when the machine is quiet. Set before torch (and its OpenMP runtime) loads; subprocesses inherit it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP threads that spin long while they wait made torch several times slower whenever another process shared the
+# 2 cores (seen here: the sampling tests stalled for minutes beside one niced job), and threads that never spin
+# (OMP_WAIT_POLICY=PASSIVE, used before) made the suite's compute 12-18% slower on a quiet 2-core AMD Zen 3 (the
+# tree and sampling tests 94-101 s against 79-86; writing prompts with SmolLM2 in float32 1.6x slower): a short spin
+# (libgomp's default is 300,000 rounds) before sleeping. Set before torch (and its OpenMP runtime) loads; subprocesses
+# inherit it.
+os.environ.setdefault("GOMP_SPINCOUNT", "20000")
 # Generations record their memory peaks (specdesk.core.plan.history): keep the suite's out of the user's data dir.
 if "SPECDESK_DATA_DIR" not in os.environ:
     os.environ["SPECDESK_DATA_DIR"] = tempfile.mkdtemp(prefix="specdesk-test-data-")
