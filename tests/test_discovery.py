@@ -144,3 +144,36 @@ def test_a_target_files_sha256_is_kept_across_processes(tmp_path, monkeypatch):
     (tmp_path / "cache" / discovery.HASHES_FILE).write_text("{not json")  # a broken cache: hashed, and rewritten
     discovery._hashes.clear()
     assert discovery._target_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+    gone = tmp_path / "gone.gguf"  # a file hashed, then deleted: its entry leaves at the next save
+    gone.write_bytes(b"w" * 10)
+    discovery._target_sha256(gone)
+    assert str(gone.resolve()) in (tmp_path / "cache" / discovery.HASHES_FILE).read_text()
+    gone.unlink()
+    f.write_bytes(b"third weights" * 10)
+    discovery._hashes.clear()
+    discovery._target_sha256(f)
+    saved = (tmp_path / "cache" / discovery.HASHES_FILE).read_text()
+    assert str(gone.resolve()) not in saved and str(f.resolve()) in saved
+
+
+def test_same_model_verdicts_kept_are_the_live_ones(tmp_path):
+    """same_model's verdicts are kept by the target's and the draft's files' sizes and times: a new verdict for the same
+    pair replaces the one before it (its files changed), and verdicts for files that are gone leave the cache."""
+    from specdesk.core import discovery
+
+    def pair(name: str) -> tuple:
+        target, draft = tmp_path / f"{name}.gguf", tmp_path / f"{name}-draft"
+        target.write_bytes(b"gguf" * 10)
+        draft.mkdir()
+        (draft / "config.json").write_text("{}")
+        return target, draft
+
+    (a, da), (b, db) = pair("a"), pair("b")
+    old_a = discovery._same_key(a, da)
+    kept = {old_a: True, discovery._same_key(b, db): False, "not json": True}
+    a.write_bytes(b"other" * 10)  # a's file changed: a new key for the same pair
+    new_a = discovery._same_key(a, da)
+    assert new_a != old_a
+    assert discovery._live_verdicts(kept, new_a) == {discovery._same_key(b, db): False}
+    b.unlink()
+    assert discovery._live_verdicts(kept, new_a) == {}

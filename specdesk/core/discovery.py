@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -277,6 +278,8 @@ def _save_hash(key: tuple, sha: str) -> None:
     """Kept across processes (a one-shot `specdesk generate` hashed SmolLM2's 98 MB file every call: ~0.15-0.2 s);
     a cache that cannot be written is only slower."""
     saved = userdirs.read_json_dict(_hash_file())
+    # files moved or deleted since they were hashed leave the cache (it would otherwise grow with every file ever seen)
+    saved = {p: v for p, v in saved.items() if os.path.exists(p)}
     saved[key[0]] = [key[1], key[2], sha]
     try:
         userdirs.write_json(_hash_file(), saved)
@@ -435,10 +438,25 @@ def same_model(target: Path, draft: Path) -> bool:
         except Exception:  # a tokenizer that does not load: not the same model as far as we can tell
             ok = False
     try:
-        userdirs.write_json(userdirs.cache_dir() / SAME_FILE, {**kept, key: ok})
+        userdirs.write_json(userdirs.cache_dir() / SAME_FILE, {**_live_verdicts(kept, key), key: ok})
     except OSError:  # a read-only cache: decided again next time
         pass
     return ok
+
+
+def _live_verdicts(kept: dict, key: str) -> dict:
+    """The kept verdicts still worth keeping beside a new one under ``key``: not one for the same target and draft
+    (their files changed since: ``key`` supersedes it), nor one whose target or draft is gone."""
+    pair = json.loads(key)[:2]
+    live = {}
+    for k, v in kept.items():
+        try:
+            paths = json.loads(k)[:2]
+        except (ValueError, TypeError):
+            continue
+        if len(paths) == 2 and paths != pair and all(isinstance(p, str) and os.path.exists(p) for p in paths):
+            live[k] = v
+    return live
 
 
 def _shapes(path: Path) -> tuple[int | None, int | None, int | None]:
