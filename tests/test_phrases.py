@@ -4,6 +4,7 @@ model where k=auto leaves the model out (the sampled law: test_sampling_exact's 
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter, defaultdict
 
@@ -269,6 +270,10 @@ def test_distill_phrases_only_makes_a_table_the_target_then_drafts_with(tmp_path
     assert main(["models", "--drafts-for", str(target)]) == 0
     listed = capsys.readouterr().out
     assert f"the model's own phrases: {len(table):,} contexts from 96 of its replies" in listed and str(kept) in listed
+    assert main(["models", "--drafts-for", str(target), "--json"]) == 0  # and in the JSON listing, as one entry
+    rows = [r for r in json.loads(capsys.readouterr().out) if r.get("format") == "phrases"]
+    assert rows == [{"name": "the model's own phrases", "path": str(kept), "format": "phrases", "drafter": "phrases",
+                     "contexts": len(table), "replies": 96, "compatible": True, "incompatibility": ""}]
     said: list[str] = []
     e = specdesk.load(str(target), device="cpu", progress=said.append)
     assert e.drafter == "phrases" and e.draft is None and len(e.phrases) == len(table)

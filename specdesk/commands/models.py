@@ -37,9 +37,18 @@ def run(args: argparse.Namespace) -> int:
     if args.remove:
         userdirs.remove_folder(args.remove)
     if args.drafts_for:
+        from specdesk.core import phrases
+
         cands = drafts_for(args.drafts_for)
+        own = phrases.own_table(args.drafts_for)
         if args.json:
-            print(json.dumps([c.to_dict() for c in cands], indent=2))
+            rows = [c.to_dict() for c in cands]
+            if own is not None:  # after the usable drafts, as the text lists it
+                at = sum(1 for c in cands if c.compatible)
+                rows.insert(at, {"name": "the model's own phrases", "path": str(own.path), "format": "phrases",
+                                 "drafter": "phrases", "contexts": own.contexts, "replies": own.replies,
+                                 "compatible": True, "incompatibility": ""})
+            print(json.dumps(rows, indent=2))
             return 0
         good = [c for c in cands if c.compatible]
         print(f"Compatible drafts for {args.drafts_for} (distilled for it first, then for the same model, then smallest first):")
@@ -47,9 +56,6 @@ def run(args: argparse.Namespace) -> int:
             note = f"  ({c.reason})" if c.reason else ""
             print(f"  {_short(c.entry.name):40s} {param_count(c.entry.params):>8s} params  "
                   f"{disk_size(c.entry.bytes_on_disk):>9s}{note}")
-        from specdesk.core import phrases
-
-        own = phrases.own_table(args.drafts_for)
         if own is not None:
             print(f"  the model's own phrases: {own.describe()} (`specdesk distill --phrases-only`; drafter "
                   f"phrases, taken when no draft is given)\n    {own.path}")
