@@ -583,10 +583,11 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
                 own.append(DraftCandidate(e, True, "distilled for this model"))
                 continue
         # distilled for another file of the same shapes: the same model elsewhere (or a fine-tune) if the tokenizer is
+        kin_reason = ""
         if e.draft_for is not None:
             t_shapes = t_shapes or _shapes(t_path)
-        kin_reason = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and " \
-                     f"tokenizer" if e.draft_for is not None and _shapes_match(t_shapes, e.draft_for) else ""
+            if _shapes_match(t_shapes, e.draft_for):
+                kin_reason = f"distilled for {(e.draft_for.get('name') or 'another file')}: the same shapes and tokenizer"
         if t_digest is not None and _tokenizer_digest(Path(e.path)) == t_digest:
             # byte-identical tokenizer files: same mapping
             (kin if kin_reason else good).append(DraftCandidate(e, True, kin_reason))

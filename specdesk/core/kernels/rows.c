@@ -12,6 +12,17 @@
 
 #define LANES 16
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* Sampling's weights of 8 bfloat16 logits at p: exp_fast((f - m) * inv_t), and no mass where f is -inf or under
+ * floor_x (-inf: no floor), a NaN as the scalar loops' tests have it (f == -inf || f < floor_x is false for it). */
+static inline __m256 weights8(const uint16_t *p, __m256 vm, __m256 vt, __m256 vfloor) {
+    const __m256 f = load_bf16x8(p);
+    const __m256 live = _mm256_and_ps(_mm256_cmp_ps(f, _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ),
+                                      _mm256_cmp_ps(f, vfloor, _CMP_NLT_UQ));
+    return _mm256_and_ps(live, exp_fast8(_mm256_mul_ps(_mm256_sub_ps(f, vm), vt)));
+}
+#endif
+
 void sd_rmsnorm(const uint16_t *x, int64_t n, int64_t h, const uint16_t *w, float eps, uint16_t *out) {
     const int64_t full = h / LANES * LANES;
     for (int64_t r = 0; r < n; r++) {
@@ -174,16 +185,14 @@ void sd_softmax_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, float
         _mm512_storeu_ps(sums, vsum);
 #elif defined(__AVX2__) && defined(__FMA__)
         __m256 slo = _mm256_setzero_ps(), shi = slo;
-        const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(inv_t), ninf = _mm256_set1_ps(-INFINITY);
-        for (int64_t j0 = 0; j0 < full; j0 += LANES)
-            for (int half = 0; half < 2; half++) {
-                const __m256 f = load_bf16x8(row + j0 + 8 * half);
-                const __m256 live = _mm256_cmp_ps(f, ninf, _CMP_NEQ_UQ); /* a masked logit: no mass */
-                const __m256 e = _mm256_and_ps(live, exp_fast8(_mm256_mul_ps(_mm256_sub_ps(f, vm), vt)));
-                _mm256_storeu_ps(o + j0 + 8 * half, e);
-                if (half) shi = _mm256_add_ps(shi, e);
-                else slo = _mm256_add_ps(slo, e);
-            }
+        const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(inv_t), none = _mm256_set1_ps(-INFINITY);
+        for (int64_t j0 = 0; j0 < full; j0 += LANES) {
+            const __m256 lo = weights8(row + j0, vm, vt, none), hi = weights8(row + j0 + 8, vm, vt, none);
+            _mm256_storeu_ps(o + j0, lo);
+            _mm256_storeu_ps(o + j0 + 8, hi);
+            slo = _mm256_add_ps(slo, lo);
+            shi = _mm256_add_ps(shi, hi);
+        }
         _mm256_storeu_ps(sums, slo);
         _mm256_storeu_ps(sums + 8, shi);
 #else
@@ -310,13 +319,9 @@ int sd_process_bf16(const uint16_t *x, int64_t n, int64_t v, float inv_t, int64_
 #elif defined(__AVX2__) && defined(__FMA__)
         /* exp 8 lanes at a time; the total summed in order, as the scalar loop below does (the same bits) */
         const int64_t full8 = v / 8 * 8;
-        const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(inv_t), vfloor = _mm256_set1_ps(floor_x),
-                     ninf = _mm256_set1_ps(-INFINITY);
+        const __m256 vm = _mm256_set1_ps(m), vt = _mm256_set1_ps(inv_t), vfloor = _mm256_set1_ps(floor_x);
         for (; j < full8; j += 8) {
-            const __m256 f = load_bf16x8(row + j);
-            /* live: not (f == -inf or f < floor_x), a NaN included as the scalar test has it */
-            const __m256 live = _mm256_and_ps(_mm256_cmp_ps(f, ninf, _CMP_NEQ_UQ), _mm256_cmp_ps(f, vfloor, _CMP_NLT_UQ));
-            _mm256_storeu_ps(o + j, _mm256_and_ps(live, exp_fast8(_mm256_mul_ps(_mm256_sub_ps(f, vm), vt))));
+            _mm256_storeu_ps(o + j, weights8(row + j, vm, vt, vfloor));
             for (int l = 0; l < 8; l++) total += o[j + l];
         }
 #endif
