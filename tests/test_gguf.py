@@ -97,20 +97,24 @@ def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggu
 
 def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwise(ggufs, tiny_target):
     """--target-quant auto (the command line's and the app's default): a GGUF file of 4 bits a weight (Q4_0 here) on a
-    CPU loads and plans as q4; F32, F16 and Q8_0 files, a folder, a GPU and a compute dtype asked for stay as
-    stored; the command line plans the 4-bit file as q4 without being told."""
+    CPU loads and plans as q4, one of 8 bits (Q8_0) as q8 where specdesk's kernels build; F32 and F16 files, a
+    folder, a GPU and a compute dtype asked for stay as stored; the command line plans the 4-bit file as q4 without
+    being told."""
+    from specdesk.core import kernels
     from specdesk.core.loading import auto_quant, load_model, resolve_quant
     from specdesk.core.plan import plan
 
+    eight = "q8" if kernels.available() else "none"
     assert {q: resolve_quant(str(ggufs[q]), "auto", "cpu") for q in QTYPES} == {
-        "F32": "none", "F16": "none", "Q8_0": "none", "Q4_0": "q4"}
+        "F32": "none", "F16": "none", "Q8_0": eight, "Q4_0": "q4"}
+    assert auto_quant(ggufs["Q8_0"], "cuda") == "none" and auto_quant(ggufs["Q8_0"], "cpu", "float32") == "none"
     assert resolve_quant(str(tiny_target), "auto", "cpu") == "none"
     assert auto_quant(ggufs["Q4_0"], "cuda") == "none" and auto_quant(ggufs["Q4_0"], "cpu", "float32") == "none"
     assert resolve_quant(str(ggufs["Q4_0"]), "nf4", "cpu") == "nf4"  # a choice is kept
     assert resolve_quant("no/such-model", "auto", "cpu") == "none"  # the load says what is wrong
     loaded = load_model(str(ggufs["Q4_0"]), "auto", device="cpu")
     assert loaded.quant == "q4" and loaded.dtype == "bfloat16"
-    assert load_model(str(ggufs["Q8_0"]), "auto", device="cpu").quant == "none"
+    assert load_model(str(ggufs["Q8_0"]), "auto", device="cpu").quant == eight
     common = dict(drafter="none", device="cpu", budget_bytes=2**33, recommend=False)
     auto = plan(str(ggufs["Q4_0"]), target_quant="auto", **common)
     assert auto.target.quant == "q4" and auto.total_bytes == plan(
@@ -144,12 +148,13 @@ def test_second_load_reuses_the_conversion_and_a_changed_file_converts_again(ggu
     assert not old.exists()  # the conversion of the old version is removed
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(tied, gguf_dir, tiny_target, models_dir):
-    """A q4 load of a GGUF converts it once into its q4 form (packed codes and scales, the rest bfloat16), never into a
-    float32 copy; the model it loads holds, bit for bit, what quantizing the float32 conversion's model gives (every
-    parameter, buffer and joined layer; a tied head from the embeddings, an untied one from its own tensor); a second
-    load converts and quantizes nothing."""
+@pytest.mark.parametrize("tied, quant", [(True, "q4"), (False, "q4"), (True, "q8")])
+def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(tied, quant, gguf_dir, tiny_target,
+                                                                              models_dir):
+    """A q4 load of a GGUF (Q4_1 here; q8: a Q8_0 file) converts it once into its q4 form (packed codes and scales, the
+    rest bfloat16), never into a float32 copy; the model it loads holds, bit for bit, what quantizing the float32
+    conversion's model gives (every parameter, buffer and joined layer; a tied head from the embeddings, an untied one
+    from its own tensor); a second load converts and quantizes nothing."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -160,23 +165,26 @@ def test_q4_is_stored_as_codes_and_loads_as_quantizing_the_float32_conversion(ti
     from specdesk.core.models.q4store import folder_name
 
     src = tiny_target if tied else make_llama(models_dir / "tiny-untied", seed=3, tie=False)
-    path = write_gguf(src, gguf_dir / f"q4-tied-{tied}.gguf", "Q4_1")
+    path = write_gguf(src, gguf_dir / f"{quant}-tied-{tied}.gguf", "Q4_1" if quant == "q4" else "Q8_0")
     said: list[str] = []
-    q4 = load_model(str(path), "q4", device="cpu", progress=said.append)
+    q4 = load_model(str(path), quant, device="cpu", progress=said.append)
     header = read_gguf_header(path)
     root = entry_dir(header)
-    assert any("to q4 (first load only)" in m and "100%" in m for m in said), said
+    assert any(f"to {quant} (first load only)" in m and "100%" in m for m in said), said
     assert not any("quantizing" in m for m in said) and not (root / "float32").exists()
-    stored = sum(f.stat().st_size for f in (root / folder_name()).iterdir())
-    assert stored <= needed_bytes(header, folder_name()) < needed_bytes(header, "float32")
+    assert folder_name(quant).startswith(f"{quant}-") and q4.quant == quant
+    stored = sum(f.stat().st_size for f in (root / folder_name(quant)).iterdir())
+    assert stored <= needed_bytes(header, folder_name(quant)) < needed_bytes(header, "float32")
     again: list[str] = []
-    q4_again = load_model(str(path), "q4", device="cpu", progress=again.append)
+    q4_again = load_model(str(path), quant, device="cpu", progress=again.append)
     assert again == [] and not differing_tensors(held_tensors(q4.model), held_tensors(q4_again.model))
 
     ref = AutoModelForCausalLM.from_pretrained(converted_folder(path, torch.float32), dtype=torch.float32,
                                                local_files_only=True, attn_implementation="sdpa")
     params = sum(p.numel() for p in ref.parameters())
-    int4.quantize_model(ref.eval())
+    int4.quantize_model(ref.eval(), layers=quant)
+    eight = (int4.Q8Linear, int4.NativeQ8Linear)
+    assert (type(q4.model.model.layers[0].mlp.down_proj) in eight) == (quant == "q8")
     assert q4.params == params and ("lm_head" in dict(q4.model.named_modules())) and tied == (
         q4.model.config.tie_word_embeddings)
     assert [type(m) for m in q4.model.modules()] == [type(m) for m in ref.modules()]

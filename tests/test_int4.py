@@ -188,6 +188,62 @@ def test_the_planner_counts_q4_weights_exactly(q4_pair):
     assert p.target.dtype == "bfloat16"
 
 
+def test_a_q8_model_keeps_8_bit_codes_joins_its_layers_and_decodes_as_its_plain_self(q4_pair, which):
+    """--target-quant q8: every decoder layer in GGUF Q8_0's layout (8-bit codes, a bfloat16 step per 32 weights,
+    about a float model's precision), q/k/v and gate/up joined (the same outputs as the layers apart), the lean path
+    on bfloat16; greedy speculative output equals its plain decoding; the planner counts its bytes exactly."""
+    loaded = load_model(str(q4_pair[0]), quant="q8", device="cpu")
+    assert loaded.quant == "q8" and loaded.dtype == "bfloat16"
+    layer = loaded.model.model.layers[0]
+    kind = int4.NativeQ8Linear if which == "own" else int4.Q8Linear
+    assert all(type(m) is kind for m in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj))
+    assert type(loaded.model.lm_head) is kind
+    # within half a step (a group's largest magnitude / 127) of the float weights, plus the step's bfloat16
+    # rounding (relative 2**-8 at most) times a code of at most 127
+    from safetensors.torch import load_file
+
+    w = load_file(str(q4_pair[0] / "model.safetensors"))["model.layers.0.mlp.down_proj.weight"]
+    step = w.reshape(w.shape[0], -1, 32).abs().amax(-1, keepdim=True) / 127
+    err = (layer.mlp.down_proj.dequantized() - w).reshape(step.shape[0], -1, 32).abs()
+    assert (err <= (0.5 + 127 * 2 ** -8) * step * (1 + 2 ** -20)).all() and err.max() > 0.25 * step.min()
+    x = torch.randn(5, 64).bfloat16()
+    if which == "own":  # joined like q4's (torch's kernel takes a q8 layer as two 4-bit halves: not joined)
+        joined = int4.fused(layer.self_attn)
+        assert type(joined) is kind and int4.fused(layer.mlp) is not None
+        apart = torch.cat([m(x) for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)], 1)
+        assert torch.equal(joined(x), apart)
+        assert layer.self_attn.k_proj.packed.data_ptr() == joined.packed.data_ptr() + 64 // 16 * joined.packed[0].numel()
+    engine = specdesk.load(str(q4_pair[0]), str(q4_pair[1]), device="cpu", target_quant="q8")
+    assert engine.describe()["lean_target"] is True
+    checked = 0
+    for p in PROMPTS:
+        plain = engine.generate(p, drafter="none", max_new_tokens=40).token_ids
+        for kw in (dict(k=1), dict(k=4), dict(k="auto"), dict(k=3, tree=(4, 2)), dict(drafter="ngram", k=4)):
+            got = engine.generate(p, max_new_tokens=40, **kw)
+            assert got.token_ids == plain, (p, kw)
+            checked += got.stats.drafted > 0
+    assert checked >= 10  # the drafts really were verified in multi-row passes
+    predicted = weight_bytes(analyze(str(q4_pair[0])), QuantSpec("q8"), "bfloat16")
+    assert predicted.quantized + predicted.kept == measure_weight_bytes(loaded.model)
+    from specdesk.core.plan.planner import plan
+
+    p = plan(str(q4_pair[0]), None, drafter="none", target_quant="q8", device="cpu", context=256, recommend=False,
+             budget_bytes=2**30)
+    assert p.target.dtype == "bfloat16" and p.target.quant == "q8"
+    assert p.target.weight_bytes < plan(str(q4_pair[0]), None, drafter="none", target_quant="none", device="cpu",
+                                        context=256, recommend=False, budget_bytes=2**30).target.weight_bytes
+
+
+def test_q8_is_refused_on_a_gpu_and_with_a_float_dtype(q4_pair):
+    from specdesk.core.plan.planner import plan
+
+    with pytest.raises(BadSetting, match="q8 runs on the CPU only: on a GPU use int8"):
+        plan(str(q4_pair[0]), None, drafter="none", target_quant="q8", device="cuda", context=256, recommend=False,
+             budget_bytes=2**30)
+    with pytest.raises(BadSetting, match="q8 computes in bfloat16"):
+        load_model(str(q4_pair[0]), quant="q8", device="cpu", dtype="float32")
+
+
 @pytest.mark.parametrize("kwargs, words", [(dict(dtype="float32"), "bfloat16"), (dict(dtype="float16"), "bfloat16")])
 def test_settings_q4_cannot_take_are_refused(q4_pair, kwargs, words):
     with pytest.raises(BadSetting) as err:

@@ -309,7 +309,8 @@ class Engine:
         if self.device != "cpu":
             return None
         if getattr(self.target, "dtype", None) != "bfloat16":
-            return f"torch's kernels ({self.target.dtype}: specdesk's own serve q4 and bfloat16 models)"
+            return (f"torch's kernels ({self.target.dtype}: specdesk's own serve q4, q8 and bfloat16 models; "
+                    f"quantization q8 decodes a float model several times faster on a CPU, near its precision)")
         from specdesk.core import kernels
 
         return kernels.status()
@@ -365,7 +366,7 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         if borrow_info(resolve(draft)) is not None:  # a distilled draft: built on the target's embeddings
             if draft_quant != "none":
                 say(f"draft quantization {draft_quant} not applied: a distilled draft follows its target's "
-                    f"(4-bit with a q4 target, else the target's dtype)")
+                    f"(4-bit with a q4 or q8 target, else the target's dtype)")
             d = load_borrowing_draft(draft, t, progress=say)
         else:
             d = load_model(draft, draft_quant, double_quant, dtype, t.device, progress=say)

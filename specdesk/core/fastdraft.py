@@ -90,13 +90,14 @@ class _FewRows:
         self.n = n
 
 
-def _call(lin, few: _FewRows):
+def _call(lin, few: _FewRows, head: bool = False):
     """A function x -> lin(x): the weights of a plain layer (no module hooks; few-row products up to
     ``few.n``, core/fewrows.py), a q4/q8 layer's kernel, else the module."""
     if _plain(lin):
         w, b = lin.weight, lin.bias
         return lambda x: fewrows.linear(x, w, b, few.n)
-    if type(lin) is int4.Q8Linear:  # a q4 target's head: a few rows over several calls where faster (measured once)
+    if head and type(lin) is int4.Q8Linear:  # a q4 target's head: a few rows over several calls where faster
+        # (measured once; a q8 model's layers, in torch's kernel where the own one does not build, are not split)
         return lin.split_call()
     if isinstance(lin, int4.Int4Linear):
         return lin.kernel_call()
@@ -162,7 +163,7 @@ class LeanDecoder:
         self.eps = cfg.rms_norm_eps
         self.embed = inner.embed_tokens.weight
         self.final_norm = inner.norm.weight
-        self.head = _call(model.lm_head, few)  # a plain head through fewrows.linear, a q4/q8 one its kernel
+        self.head = _call(model.lm_head, few, head=True)  # a plain head through fewrows.linear, a q4/q8 one its kernel
         self.capacity = capacity
         self.length = 0
         device, dtype = self.embed.device, self.embed.dtype

@@ -415,29 +415,30 @@ def fuse(mods: list) -> Int4Linear | None:
     """One Int4Linear computing the given ones side by side (q/k/v, gate/up: one kernel call instead of several),
     or None. The kernel packs rows in blocks of 64, so only layers with a multiple of 64 outputs join up (the
     fused outputs are then bit for bit the separate ones: tests/test_int4.py; 64 is a multiple of AVX2's 32 too)."""
-    if len(mods) < 2 or not (all(type(m) is Int4Linear for m in mods) or all(type(m) is NativeQ4Linear for m in mods)):
+    if len(mods) < 2 or not any(all(type(m) is kind for m in mods) for kind in (Int4Linear, NativeQ4Linear,
+                                                                                   NativeQ8Linear)):
         return None
     k, kind = mods[0].in_features, type(mods[0])
-    block = 16 if kind is NativeQ4Linear else 64  # own kernel: blocks of 16 outputs, codes and scales alike
+    block = 64 if kind is Int4Linear else 16  # own kernel: blocks of 16 outputs, codes and scales alike
     if any(m.in_features != k or m.out_features % block for m in mods):
         return None
     # biases (Qwen2's q/k/v) join too where every layer has one: each output gets its own layer's bias, added alike
     biased = [m.bias is not None for m in mods]
-    if any(biased) and not (all(biased) and kind is NativeQ4Linear):
+    if any(biased) and not (all(biased) and kind is not Int4Linear):
         return None
     bias = torch.cat([m.bias for m in mods]) if all(biased) else None
-    scales = torch.cat([m.scales_zeros for m in mods], dim=0 if block == 16 else 1)
+    scales = torch.cat([m.scales_zeros for m in mods], dim=1 if kind is Int4Linear else 0)
     return kind(torch.cat([m.packed for m in mods]), scales, k, bias)
 
 
-def quant_targets(model: nn.Module, head: str = "q8") -> dict[str, type]:
+def quant_targets(model: nn.Module, head: str = "q8", layers: str = "q4") -> dict[str, type]:
     """Which modules :func:`quantize_model` replaces, by name, and the class each becomes: the output head (``head``
-    "q8": an 8-bit class; "q4": the layers' class; "none": left) and every linear layer of the decoder blocks that the
-    kernel takes. The same on a model with empty (meta) parameters, so a stored q4 model (models/q4store) is rebuilt
-    module for module."""
+    "q8": an 8-bit class; "q4": a 4-bit one; "none": left) and every linear layer of the decoder blocks that the
+    kernel takes (``layers`` "q4" or "q8", the same classes). The same on a model with empty (meta) parameters, so a
+    stored q4 model (models/q4store) is rebuilt module for module."""
     own = native()
-    layer_kind = NativeQ4Linear if own else Int4Linear
-    kind = {"q8": NativeQ8Linear if own else Q8Linear, "q4": layer_kind, "none": None}[head]
+    kinds = {"q8": NativeQ8Linear if own else Q8Linear, "q4": NativeQ4Linear if own else Int4Linear, "none": None}
+    layer_kind, kind = kinds[layers], kinds[head]
     names = {id(m): n for n, m in model.named_modules()}
     out: dict[str, type] = {}
     if kind is not None and fits(model.lm_head):
@@ -450,13 +451,14 @@ def quant_targets(model: nn.Module, head: str = "q8") -> dict[str, type]:
     return out
 
 
-def quantize_model(model: nn.Module, head: str = "q8") -> int:
-    """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear, the output head a
+def quantize_model(model: nn.Module, head: str = "q8", layers: str = "q4") -> int:
+    """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear (``layers`` "q8": a
+    Q8Linear, GGUF Q8_0's layout: the ``q8`` quantization, about a float model's precision), the output head a
     Q8Linear (``head`` "q8", a target's: 8 bits keep its logits as a Q8_0 file has them) or an Int4Linear ("q4", a
     draft's own copy of some of the target's rows, where 4 bits cost acceptance, not exactness) or stays ("none");
     everything else (embeddings, norms) becomes bfloat16. A tied head is untied: the embeddings stay bfloat16
     beside it. Returns how many layers were quantized."""
-    targets = quant_targets(model, head)
+    targets = quant_targets(model, head, layers)
     for name, kind in targets.items():
         model.set_submodule(name, kind.from_linear(model.get_submodule(name)))
     fuse_model(model)
@@ -475,7 +477,7 @@ def fuse_model(model: nn.Module) -> None:
             if joined is None:
                 continue
             # the layers' codes become views of the joined ones (no second copy); their scales stay their own
-            row, per = 0, 16 if type(joined) is NativeQ4Linear else 1  # own kernel: one packed entry per 16 outputs
+            row, per = 0, 16 if isinstance(joined, _Native) else 1  # own kernel: one packed entry per 16 outputs
             for m in mods:
                 m.packed = joined.packed[row // per:(row + m.out_features) // per]
                 row += m.out_features

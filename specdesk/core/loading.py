@@ -20,7 +20,9 @@ from specdesk.core.errors import BadModel, BadSetting, ModelNotFound, OutOfMemor
 log = logging.getLogger(__name__)
 
 DEMO_NAMES = ("demo-target", "demo-draft")
-QUANTS = ("none", "int8", "nf4", "fp4", "q4", "auto")  # q4: core/int4.py (CPU); the others bitsandbytes; auto: auto_quant
+# q4, q8: core/int4.py (CPU); the others bitsandbytes; auto: auto_quant
+QUANTS = ("none", "int8", "nf4", "fp4", "q4", "q8", "auto")
+OWN_QUANTS = ("q4", "q8")  # specdesk's own CPU quantizations (core/int4.py): bfloat16 activations
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
@@ -210,30 +212,34 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
-def check_q4(device: str, dtype: str) -> None:
-    """q4 (core/int4.py) runs torch's CPU int4 kernel with bfloat16 activations."""
+def check_q4(device: str, dtype: str, quant: str = "q4") -> None:
+    """q4 and q8 (core/int4.py) run specdesk's CPU kernels, or torch's CPU int4 kernel, with bfloat16 activations."""
     from specdesk.core import int4
 
     if device != "cpu":
-        raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
+        raise BadSetting(f"quantization {quant} runs on the CPU only: on a GPU use "
+                         f"{'nf4' if quant == 'q4' else 'int8'}")
     if dtype not in ("auto", "bfloat16"):
-        raise BadSetting(f"quantization q4 computes in bfloat16: leave dtype at auto (not {dtype})")
+        raise BadSetting(f"quantization {quant} computes in bfloat16: leave dtype at auto (not {dtype})")
     if not int4.available():
-        raise BadSetting("quantization q4 needs torch >= 2.5 (its CPU int4 kernel); this torch has none")
+        raise BadSetting(f"quantization {quant} needs torch >= 2.5 (its CPU int4 kernel); this torch has none")
 
 
 # GGUF file types of about 4 bits a weight or fewer (llama.cpp's names): q4 keeps such a file about as small and as
-# exact as it is; a 5-, 6- or 8-bit file would lose precision to it and stays as it is
+# exact as it is; a 5-, 6- or 8-bit file would lose precision to it and takes q8 (8 bits per weight and a step per 32:
+# more precise than the file's own 5 or 6 bits, a Q8_0 file's own codes)
 _FOUR_BITS_OR_FEWER = ("Q4", "IQ4", "Q3", "IQ3", "Q2", "IQ2", "IQ1", "TQ1", "TQ2")
+_FIVE_TO_EIGHT_BITS = ("Q5", "Q6", "Q8")
 
 
 def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
-    """What quantization "auto" (the command line's and the app's default) means for a resolved model: q4 for a GGUF
-    file of 4 bits a weight or fewer (Q4_0, Q4_1, Q4_K_M, IQ4_XS, Q3_K, ...) on a CPU with the compute dtype left to
-    it, where q4 decodes from 4-bit codes (a Q4_1 file's own; other files' weights re-quantized to that layout, about
-    their own precision) through specdesk's kernels: SmolLM2-135M-Instruct Q4_1 on a 2-core AMD EPYC, 246 tokens/s
-    against 41.5 dequantized to float32. Else none: the model as it is stored (a folder, a 5-8-bit or float GGUF
-    file, a GPU)."""
+    """What quantization "auto" (the command line's and the app's default) means for a resolved model, on a CPU with
+    the compute dtype left to it: q4 for a GGUF file of 4 bits a weight or fewer (Q4_0, Q4_1, Q4_K_M, IQ4_XS, Q3_K,
+    ...), where q4 decodes from 4-bit codes (a Q4_1 file's own; other files' weights re-quantized to that layout,
+    about their own precision) through specdesk's kernels: SmolLM2-135M-Instruct Q4_1 on a 2-core AMD EPYC, 246
+    tokens/s against 41.5 dequantized to float32; q8 for a GGUF file of 5 to 8 bits (Q5_K_M, Q6_K, Q8_0, ...) where
+    specdesk's kernels build (a Q8_0 file's own codes; SmolLM2's weights as q8 ~140 tokens/s against 27 in float32).
+    Else none: the model as it is stored (a folder, a float GGUF file, a GPU)."""
     if device != "cpu" or dtype not in ("auto", "bfloat16") or Path(source).is_dir():
         return "none"
     from specdesk.core.models.gguf import inspect_gguf
@@ -242,7 +248,13 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
         file_type = inspect_gguf(Path(source)).file_type.upper()
     except SpecdeskError:
         return "none"  # the load says what is wrong with the file
-    return "q4" if file_type.startswith(_FOUR_BITS_OR_FEWER) else "none"
+    if file_type.startswith(_FOUR_BITS_OR_FEWER):
+        return "q4"
+    if file_type.startswith(_FIVE_TO_EIGHT_BITS):
+        from specdesk.core import kernels
+
+        return "q8" if kernels.available() else "none"  # torch's int4 kernel computes q8 at two 4-bit halves
+    return "none"
 
 
 def resolve_quant(ref, quant: str, device: str = "auto", dtype: str = "auto") -> str:
@@ -261,7 +273,7 @@ def resolve_quant(ref, quant: str, device: str = "auto", dtype: str = "auto") ->
 def quantization_config(quant: str, double_quant: bool, dtype):
     if quant not in QUANTS:
         raise BadSetting(f"unknown quantization {quant!r}: use one of {', '.join(QUANTS)}")
-    if quant in ("none", "q4"):
+    if quant in ("none", *OWN_QUANTS):
         return None
     from transformers import BitsAndBytesConfig
 
@@ -420,8 +432,8 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
     tokenizer = target.tokenizer if same else load_tokenizer(source)
     model, head_ids = build_from_folder(source, target.model, model_name(ref, source), target.name)
     quant, q4_params, q4_bytes = "none", 0, 0
-    if target.quant == "q4":
-        # a q4 target's draft follows it: 4-bit layers cost half its drafting time (3.2 -> 1.6 ms per token for
+    if target.quant in OWN_QUANTS:
+        # a q4 (or q8) target's draft follows it: 4-bit layers cost half its drafting time (3.2 -> 1.6 ms per token for
         # SmolLM2's); its own reduced head takes 8 bits, as the target's does: with a 4-bit head the retrained
         # SmolLM2 draft agreed with the target on 0.435 of held-out tokens, 0.453 with 8 bits (float32: 0.473).
         # An EAGLE head likewise (its fusion layer goes bfloat16, as the target's features are)
@@ -459,11 +471,11 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     if quant == "auto":
         quant = auto_quant(source, device, dtype)
     torch_dtype = resolve_dtype(dtype, device)
-    stored_q4 = quant == "q4" and is_gguf(source)  # a GGUF's q4 form is converted once and loaded as it is stored
-    if quant == "q4":
-        check_q4(device, dtype)
-        torch_dtype = torch.float32  # loaded as float32 (a GGUF's exact values), then 4-bit codes + bfloat16
-    path = loadable_folder(source, "q4" if stored_q4 else torch_dtype, progress)
+    stored_q4 = quant in OWN_QUANTS and is_gguf(source)  # a GGUF's q4 / q8 form: converted once, loaded as stored
+    if quant in OWN_QUANTS:
+        check_q4(device, dtype, quant)
+        torch_dtype = torch.float32  # loaded as float32 (a GGUF's exact values), then 4- or 8-bit codes + bfloat16
+    path = loadable_folder(source, quant if stored_q4 else torch_dtype, progress)
     cfg = check_model_folder(path)
     if isinstance(cfg.get("specdesk"), dict) and cfg["specdesk"].get("borrows"):
         want = cfg["specdesk"].get("target", {}).get("name", "its target")
@@ -497,13 +509,13 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadModel(f"could not load {source.name}: {first}") from None
     model.eval()
-    if quant == "q4":
+    if quant in OWN_QUANTS:
         from specdesk.core import int4
 
         if not stored_q4:
             if progress:
-                progress(f"quantizing {source.name} to 4 bits (q4)")
-            int4.quantize_model(model)
+                progress(f"quantizing {source.name} to {quant[1]} bits ({quant})")
+            int4.quantize_model(model, layers=quant)
         torch_dtype = torch.bfloat16
     if qcfg is not None and device == "cpu":
         from specdesk.core.bnb_cpu import prepare_4bit_layers

@@ -39,7 +39,7 @@ class LoadRequest:
     target: str = "demo-target"
     draft: str | None = None
     drafter: str | None = None  # "model", "ngram", "none"; None: the engine's default for the pair
-    target_quant: str = "auto"  # loading.auto_quant: q4 for a 4-bit GGUF file on a CPU, else as stored
+    target_quant: str = "auto"  # loading.auto_quant: q4 / q8 for a 4- / 5-8-bit GGUF file on a CPU, else as stored
     draft_quant: str = "none"
     double_quant: bool = False  # 4-bit double quantization (bitsandbytes applies it to both models)
     device: str = "auto"

@@ -19,6 +19,7 @@ is removed):
     <stem>-<key>/tokenizer/          the tokenizer rebuilt from the header
     <stem>-<key>/<dtype>/            a complete model folder (config, tokenizer, safetensors, .complete)
     <stem>-<key>/q4-own-1/           the same for a q4 load: packed codes and scales, not float32 (q4store)
+    <stem>-<key>/q8-own-1/           the same for a q8 load
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ log = logging.getLogger(__name__)
 
 SHARD_BYTES = 2 * 2**30
 Q4 = "q4"  # converted_folder's "dtype" for the q4 form: 4-bit codes and scales as a q4 load holds them (q4store)
+Q8 = "q8"  # the same for the q8 form: 8-bit codes and steps
+STORED = (Q4, Q8)
 COMPLETE = ".complete"
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -73,11 +76,11 @@ def _first_line(e: BaseException) -> str:
 
 
 def _dtype_name(torch_dtype) -> str:
-    """The cache folder of a conversion: the dtype's name, or for "q4" this machine's q4 layout (models/q4store)."""
-    if torch_dtype == Q4:
+    """The cache folder of a conversion: the dtype's name, or for "q4" / "q8" this machine's layout (models/q4store)."""
+    if torch_dtype in STORED:
         from specdesk.core.models.q4store import folder_name
 
-        return folder_name()
+        return folder_name(torch_dtype)
     return str(torch_dtype).replace("torch.", "")
 
 
@@ -223,10 +226,10 @@ def _publish(tmp: Path, final: Path) -> None:
 def needed_bytes(header: GGUFHeader, dtype_name: str) -> int:
     """Disk a conversion to ``dtype_name`` writes: every parameter at that width, plus the tokenizer. The q4 form:
     at most 1.07 bytes a weight (8-bit head; the layers 0.63), the embeddings and vectors in bfloat16, and the
-    embeddings again as a tied head's 8-bit codes."""
+    embeddings again as a tied head's 8-bit codes. The q8 form: the same bound (its layers take 1.07 too)."""
     params = sum(t.numel for t in header.tensors if t.name not in NOT_PARAMETERS)
     extra = 4 * header.data_start + 16 * 2**20
-    if dtype_name.startswith("q4-"):
+    if dtype_name.startswith(("q4-", "q8-")):
         wide = sum(t.numel for t in header.tensors if t.name not in NOT_PARAMETERS
                    and (len(t.shape) == 1 or t.name.startswith("token_embd")))
         return int(1.07 * params + 2.07 * wide) + extra
@@ -246,7 +249,7 @@ def _gib(n: int) -> str:
 
 def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) -> Path:
     """A safetensors model folder equal to transformers' GGUF load of ``path`` in ``torch_dtype``, or with
-    ``torch_dtype`` "q4" (:data:`Q4`) that load's q4 form (models/q4store.load reads it).
+    ``torch_dtype`` "q4" (:data:`Q4`) or "q8" that load's stored form (models/q4store.load reads it).
 
     Converts on the first call for this version of the file and dtype (checking free disk space first),
     reporting progress through ``progress``; later calls return the cached folder at once.
@@ -269,7 +272,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
     _remove_dead_partials(root)
     tmp = root / f".{dname}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    label = f"converting {path.name} to {Q4 if torch_dtype == Q4 else dname} (first load only)"
+    label = f"converting {path.name} to {torch_dtype if torch_dtype in STORED else dname} (first load only)"
     t0 = time.perf_counter()
     try:
         with gguf_read_once():
@@ -281,7 +284,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
             (tmp / COMPLETE).unlink()
             _write_weights(path, info, cfg_root, torch_dtype, tmp, lambda msg: say(f"{label}: {msg}"))
         config = json.loads((cfg_root / "config.json").read_text(encoding="utf-8"))
-        config["dtype"] = "float32" if torch_dtype == Q4 else dname  # q4: what its float32 form would say
+        config["dtype"] = "float32" if torch_dtype in STORED else dname  # q4, q8: what its float32 form would say
         _write_json(tmp / "config.json", config)
         (tmp / COMPLETE).write_text(json.dumps({"gguf": str(path.resolve()), "seconds": time.perf_counter() - t0}))
         _publish(tmp, final)
@@ -305,7 +308,7 @@ def converted_folder(path: Path, torch_dtype, progress: Progress | None = None) 
 
 def _write_weights(path: Path, info: GGUFInfo, cfg_root: Path, torch_dtype, dest: Path, say: Progress) -> None:
     """Dequantize every tensor, apply transformers' per-architecture fixes and names, write shards (in
-    ``torch_dtype``, or for "q4" as q4store.encoder stores them)."""
+    ``torch_dtype``, or for "q4" / "q8" as q4store.encoder stores them)."""
     import numpy as np
     import torch
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
@@ -331,10 +334,10 @@ def _write_weights(path: Path, info: GGUFInfo, cfg_root: Path, torch_dtype, dest
     except (NotImplementedError, ValueError, KeyError) as e:
         raise BadModel(f"cannot map {path.name}'s tensors to transformers' names: {_first_line(e)}") from None
     parsed = {"config": gguf_config, "tensors": {}}  # processors for fused experts collect tensors here
-    if torch_dtype == Q4:
+    if torch_dtype in STORED:
         from specdesk.core.models.q4store import encoder
 
-        encode = encoder(model)
+        encode = encoder(model, torch_dtype)
     else:
         def encode(name, tensor):
             return [(name, tensor.to(torch_dtype))]

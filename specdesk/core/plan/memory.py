@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from specdesk.core.plan.params import ModelAnalysis
 from specdesk.core.bnb_cpu import packable
-from specdesk.core.plan.quant import (BF16, FP32, MAP_BYTES, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes,
+from specdesk.core.plan.quant import (BF16, FP32, MAP_BYTES, OWN, Q4_GROUP, QuantSpec, dtype_bytes, linear_weight_bytes,
                                      q4_fits, q8_weight_bytes, shares_head)
 
 MiB = 2**20
@@ -91,10 +91,11 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
     fuses = a.uses_lean_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
     if lean and spec.method == "none" and fuses:
         copies = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
-    if spec.method == "q4" and a.uses_lean_path:
-        copies = BF16 * 2 * (a.lean_fused_params // Q4_GROUP)  # int4.quantize_model: the joined layers' own scales
+    if spec.method in OWN and a.uses_lean_path:
+        # int4.quantize_model: the joined layers' own scales (q4: a step and a zero per 32 weights; q8: a step)
+        copies = BF16 * (2 if spec.method == "q4" else 1) * (a.lean_fused_params // Q4_GROUP)
     kept = a.kept_params * b
-    if spec.method == "q4" and a.own_head is not None:  # a distilled draft of a q4 target: its head in 8 bits
+    if spec.method in OWN and a.own_head is not None:  # a distilled draft of a q4 target: its head in 8 bits
         rows, hidden = a.own_head
         if q4_fits(rows, hidden):
             kept -= rows * hidden * b
@@ -102,7 +103,7 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
                 quantized += MAP_BYTES * a.target_head_rows
             else:
                 quantized += q8_weight_bytes(rows, hidden)
-    if spec.method == "q4" and a.head is not None and q4_fits(*a.head):  # a model's own head: 8-bit codes
+    if spec.method in OWN and a.head is not None and q4_fits(*a.head):  # a model's own head: 8-bit codes
         rows, hidden = a.head
         quantized += q8_weight_bytes(rows, hidden)
         if not a.tied_embeddings:

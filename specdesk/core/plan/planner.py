@@ -33,7 +33,7 @@ from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
                                        lean_table_bytes, logits_bytes, prefill_activation_bytes, weight_bytes)
 from specdesk.core.plan.params import ModelAnalysis, analyze
-from specdesk.core.plan.quant import QuantSpec, resolve_plan_dtype
+from specdesk.core.plan.quant import OWN, QuantSpec, resolve_plan_dtype
 from specdesk.core.tree import checked_widths, leaf_count, widths_text
 
 log = logging.getLogger(__name__)
@@ -214,17 +214,19 @@ class _Config:
         if self.table_bytes is None:
             self.table_bytes = phrases.resident_bytes(Path(self.draft.path)) \
                 if self.draft is not None and self.draft.borrows and self.draft.path else 0
-        t_q4 = self.target_quant.method == "q4"
-        if self.cuda and (t_q4 or self.draft_quant.method == "q4"):
-            raise BadSetting("quantization q4 runs on the CPU only: on a GPU use nf4")
+        t_q4 = self.target_quant.method in OWN
+        for spec in (self.target_quant, self.draft_quant):
+            if self.cuda and spec.method in OWN:
+                raise BadSetting(f"quantization {spec.method} runs on the CPU only: on a GPU use "
+                                 f"{'nf4' if spec.method == 'q4' else 'int8'}")
         borrowing = self.draft is not None and self.draft.borrows
         if t_q4 and borrowing:
-            self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4 target (loading)
+            self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4/q8 target in q4 (loading)
         elif borrowing:
             self.draft_quant = QuantSpec("none")  # and otherwise takes no quantization of its own (loading)
-        # q4 computes in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
+        # q4 and q8 compute in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
         self.t_dtype = "bfloat16" if t_q4 else self.dtype
-        self.d_dtype = "bfloat16" if self.draft_quant.method == "q4" else self.t_dtype if borrowing else self.dtype
+        self.d_dtype = "bfloat16" if self.draft_quant.method in OWN else self.t_dtype if borrowing else self.dtype
         # bitsandbytes' packed CPU layout for the 4-bit layers of a bfloat16 model, where this CPU gets it (bnb_cpu;
         # asked only then: it imports bitsandbytes)
         packs = not self.cuda and packs_for_dtype(self.dtype)
@@ -298,10 +300,12 @@ def _model_plan(role: str, a: ModelAnalysis, spec: QuantSpec, dtype: str, w: Wei
         what = f"{spec.label} (bitsandbytes)" if spec.method != "none" else dtype
         if spec.method == "q4":
             what = "q4 (4-bit codes, bfloat16 step and zero per 32 weights)"
+        elif spec.method == "q8":
+            what = "q8 (8-bit codes, a bfloat16 step per 32 weights)"
         if cpu_packed:
             what = f"{spec.label} (bitsandbytes, packed CPU layout)"
             notes = notes + (packed_layout_note(a, spec),)
-        layers = len(a.linears) + (1 if spec.method == "q4" and a.own_head else 0)  # a q4 draft's own head
+        layers = len(a.linears) + (1 if spec.method in OWN and a.own_head else 0)  # a q4 draft's own head
         rows = [Row(f"weights: {layers} linear layers in {what}", w.quantized),
                 Row(f"weights kept in {dtype}: embeddings, lm_head, norms, biases", w.kept)]
     if w.lean_copies:
@@ -502,6 +506,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 _TARGET_PHRASE = {
     "none": "unquantized target (its full quality)",
     "int8": "int8 target (near-lossless, half the bytes of 16-bit)",
+    "q8": "q8 target (8-bit groups of 32 on the CPU: near-lossless, about half the bytes of 16-bit)",
+    "q4": "q4 target (4-bit groups of 32 on the CPU)",
     "nf4": "nf4 target (4-bit: some quality loss, about a quarter of the 16-bit bytes)",
     "nf4+dq": "nf4 target with double quantization (4-bit, ~0.4 bit/weight less than nf4)",
     "fp4": "fp4 target (4-bit)",

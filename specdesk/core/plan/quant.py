@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from specdesk.core.bnb_cpu import packable
 from specdesk.core.errors import BadSetting
 
-METHODS = ("none", "int8", "nf4", "fp4", "q4")  # q4: core/int4.py, CPU only
+METHODS = ("none", "int8", "nf4", "fp4", "q4", "q8")  # q4, q8: core/int4.py, CPU only
+OWN = ("q4", "q8")  # specdesk's own CPU quantizations: bfloat16 activations, an 8-bit head
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 BLOCKSIZE_4BIT = 64  # quantize_4bit's default blocksize, the one transformers uses
 DQ_BLOCKSIZE = 256  # quantize_blockwise(absmax, blocksize=256) for double quantization
@@ -41,7 +42,7 @@ Q4_GROUP = 32
 
 # Quality order for ranking: the output of an exact speculative decoder is the target's own, so the
 # target's quantization is what decides the quality of the text.
-QUALITY_ORDER = ("none", "int8", "q4", "nf4", "nf4+dq", "fp4", "fp4+dq")
+QUALITY_ORDER = ("none", "q8", "int8", "q4", "nf4", "nf4+dq", "fp4", "fp4+dq")
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -98,6 +99,10 @@ def linear_weight_bytes(numel: int, out_features: int, spec: QuantSpec, dtype_by
         if in_features is None or not q4_fits(out_features, in_features):
             return numel * BF16  # a shape the kernel does not take stays bfloat16
         return numel // 2 + BF16 * 2 * (numel // Q4_GROUP)
+    if spec.method == "q8":  # core/int4.py: 8-bit codes, a bfloat16 step per 32 weights
+        if in_features is None or not q4_fits(out_features, in_features):
+            return numel * BF16
+        return q8_weight_bytes(out_features, in_features)
     if spec.method == "int8":
         return numel + FP32 * out_features  # int8 CB + float32 SCB per output row
     blocks = _ceil_div(numel, BLOCKSIZE_4BIT)
@@ -130,7 +135,7 @@ def shares_head(rows: int, hidden: int, target_rows: int) -> bool:
 
 
 def q8_weight_bytes(rows: int, hidden: int) -> int:
-    """A q4 model's 8-bit head: with specdesk's own kernel (core/kernels) int4.NativeQ8Linear, one byte a weight
+    """A q4 model's 8-bit head (and a q8 model's layers): with specdesk's own kernel (core/kernels) int4.NativeQ8Linear, one byte a weight
     and a bfloat16 step per 32; else int4.Q8Linear, a q4 layer of 2 x hidden inputs (each weight's high and low 4
     bits)."""
     from specdesk.core import kernels
