@@ -77,8 +77,10 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # as stored (float32): transformers' generation runs beside specdesk's only on float models
     r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--target", str(tiny_target), "--draft",
-                        str(tiny_draft), "--quick", "--repeats", "1", "--categories", "editing,prose",
+                        str(tiny_draft), "--target-quant", "none", "--draft-quant", "none", "--quick", "--repeats",
+                        "1", "--categories", "editing,prose",
                         "--json", str(out), "--markdown", str(md), "--plot", str(tmp_path / "bench.png")],
                        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
     assert r.returncode == 0, r.stderr[-2000:]

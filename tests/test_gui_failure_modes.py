@@ -125,8 +125,10 @@ def test_a_reply_that_will_not_fit_is_not_sent_and_the_advice_is_one_click_away(
     window.new_chat()
     turns = len(window.chat.turns)
     # the planner's own total for a 30-token context is the budget; 600 new tokens are asked for
-    window.memory_budget = plan("demo-target", window.info.request.draft, device="cpu", context=30, k="auto",
-                                budget_bytes=2**40, recommend=False, use_history=False).total_bytes
+    req = window.info.request  # its quantizations as the window loaded them (auto: q8 on a CPU)
+    window.memory_budget = plan("demo-target", req.draft, device="cpu", context=30, k="auto", budget_bytes=2**40,
+                                target_quant=req.target_quant, draft_quant=req.draft_quant, recommend=False,
+                                use_history=False).total_bytes
     try:
         msg = send(window, qtbot, max_new=600, k="auto", signal=window.generation_failed)
         assert msg.startswith("This reply may not fit in RAM")

@@ -234,6 +234,13 @@ def test_a_q8_model_keeps_8_bit_codes_joins_its_layers_and_decodes_as_its_plain_
                                         context=256, recommend=False, budget_bytes=2**30).target.weight_bytes
 
 
+def test_a_float_targets_kernel_line_names_q8():
+    """The status bar's and the session log's line for a float32 model on the CPU says what would be faster."""
+    line = specdesk.load("demo-target", None, drafter="none", device="cpu").describe()["cpu_kernels"]
+    assert line.startswith("torch's kernels (float32: specdesk's own serve q4, q8 and bfloat16 models")
+    assert "quantization q8 decodes a float model several times faster" in line
+
+
 def test_q8_is_refused_on_a_gpu_and_with_a_float_dtype(q4_pair):
     from specdesk.core.plan.planner import plan
 

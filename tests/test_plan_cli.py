@@ -152,5 +152,6 @@ def test_generate_records_the_peak_for_the_planner(capsys, tiny_target, tiny_dra
     context = out["stats"]["prompt_tokens"] + 6
     assert m.kind == "cpu_peak_rss" and m.context == context and m.peak_bytes > 50 * 2**20
     assert m.target == str(Path(tiny_target).resolve()) and m.draft == str(Path(tiny_draft).resolve())
-    p = plan(str(tiny_target), str(tiny_draft), device="cpu", context=context, budget_bytes=2**33, recommend=False)
+    p = plan(str(tiny_target), str(tiny_draft), device="cpu", context=context, budget_bytes=2**33, recommend=False,
+             target_quant="auto", draft_quant="auto")  # as generate resolves its defaults
     assert p.measured == m and p.measured_bytes == m.peak_bytes

@@ -136,7 +136,8 @@ def test_chat_stream_and_whole_agree_with_the_engine(server, chat_target, tiny_d
 
     client = server.client()
     messages = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "import os"}]
-    engine = specdesk.load(str(chat_target), str(tiny_draft), device="cpu")
+    # the quantizations `specdesk serve` takes by default (auto: q8 on a CPU where specdesk's kernels build)
+    engine = specdesk.load(str(chat_target), str(tiny_draft), device="cpu", target_quant="auto", draft_quant="auto")
     want = engine.generate(engine.chat_ids(messages), max_new_tokens=20, temperature=0.0, k=4)
     fixed_k = {"specdesk": {"k": 4}}  # the draft counts below compare one fixed k (auto's depend on timings)
     whole = client.chat.completions.create(model="tiny-chat", messages=messages, max_tokens=20, temperature=0,

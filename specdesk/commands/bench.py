@@ -107,6 +107,15 @@ def run(args: argparse.Namespace) -> int:
         say(f"skipping transformers' assisted generation: {engine.draft.name}'s head covers "
             f"{int(engine.draft.head_ids.numel())} of {engine.target.vocab} tokens, which transformers cannot map "
             f"(`specdesk distill --standalone` writes a draft it can use)")
+    # q4 / q8 models compute in bfloat16 through specdesk's layers; transformers' generate runs them with its own
+    # attention over a verify pass's positions at once, whose bfloat16 sums differ from one-position steps', so its
+    # greedy output drifts from plain decoding's: no exact comparison to be had there
+    own = sorted({m.quant for m in (engine.target, engine.draft) if m is not None and m.quant in ("q4", "q8")})
+    if own and not args.no_hf:
+        say(f"skipping transformers' generation: the {' and '.join(own)} model{'s' if len(own) > 1 else ''} compute "
+            f"in bfloat16, which its batched attention does not reproduce exactly (--target-quant none "
+            f"--draft-quant none compares on the float models)")
+        args.no_hf = True
     tree = checked_widths(args.tree)
     methods = default_methods(cfg["ks"], hf_ks, args.lookup_k, has_draft, with_hf=not args.no_hf,
                               hf_default=cfg["hf_default"], hf_assisted=not reduced, tree=tree,

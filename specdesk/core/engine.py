@@ -364,7 +364,7 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
         from specdesk.core.distill.draft import borrow_info
 
         if borrow_info(resolve(draft)) is not None:  # a distilled draft: built on the target's embeddings
-            if draft_quant != "none":
+            if draft_quant not in ("none", "auto"):
                 say(f"draft quantization {draft_quant} not applied: a distilled draft follows its target's "
                     f"(4-bit with a q4 or q8 target, else the target's dtype)")
             d = load_borrowing_draft(draft, t, progress=say)

@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from specdesk.core import fewrows, int4
+from specdesk.core.loading import LEAN_TYPES
 
-SUPPORTED_TYPES = {"llama", "mistral", "qwen2"}
+SUPPORTED_TYPES = set(LEAN_TYPES)
 FUSE_LIMIT_BYTES = 512 * 2**20  # fusing copies the linear weights; only worth it (and cheap) for small drafts
 
 

@@ -20,7 +20,7 @@ from specdesk.qt.tasks import run_task
 from specdesk.qt.worker import LoadRequest
 
 NGRAM, NONE, PHRASES = "__ngram__", "__none__", "__phrases__"
-QUANT_LABELS = {"auto": "auto (q4/q8 for a GGUF on a CPU)", "none": "none (full precision)",
+QUANT_LABELS = {"auto": "auto (q4 or q8 on a CPU)", "none": "none (full precision)",
                 "int8": "int8 (bitsandbytes)", "nf4": "nf4 (4-bit)", "nf4+dq": "nf4 + double quant",
                 "fp4": "fp4 (4-bit)", "q4": "q4 (4-bit, CPU)", "q8": "q8 (8-bit, CPU: fast, near-lossless)"}
 
@@ -41,8 +41,8 @@ def _quant_box() -> QComboBox:
     box = QComboBox()
     for q, text in QUANT_LABELS.items():
         box.addItem(text, q)
-    box.setToolTip("auto: q4 for a GGUF file of 4 bits a weight or fewer on a CPU, q8 for one of 5 to 8 bits, else "
-                   "as stored. int8, nf4, fp4: bitsandbytes quantization. q4: 4-bit groups of 32 through specdesk's "
+    box.setToolTip("auto: on a CPU, q4 for a GGUF file of 4 bits a weight or fewer, q8 for one of 5 to 8 bits and "
+                   "for a float Hugging Face folder (llama, mistral, qwen2); else as stored. int8, nf4, fp4: bitsandbytes quantization. q4: 4-bit groups of 32 through specdesk's "
                    "CPU kernels, bfloat16 activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes). q8: 8-bit "
                    "groups of 32 (GGUF Q8_0's layout) through the same kernels: near a float model's precision, "
                    "several times faster than float32 on a CPU (a Q8_0 GGUF keeps its own codes)")

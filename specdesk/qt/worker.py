@@ -39,8 +39,10 @@ class LoadRequest:
     target: str = "demo-target"
     draft: str | None = None
     drafter: str | None = None  # "model", "ngram", "none"; None: the engine's default for the pair
-    target_quant: str = "auto"  # loading.auto_quant: q4 / q8 for a 4- / 5-8-bit GGUF file on a CPU, else as stored
-    draft_quant: str = "none"
+    # loading.auto_quant: on a CPU q4 for a 4-bit GGUF file, q8 for a 5-8-bit one or a float folder the lean decoder
+    # runs, else as stored
+    target_quant: str = "auto"
+    draft_quant: str = "auto"
     double_quant: bool = False  # 4-bit double quantization (bitsandbytes applies it to both models)
     device: str = "auto"
 

@@ -478,9 +478,10 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 
     measured = measured_bytes = measured_estimate = None
     if use_history:
+        # the dtype the target computes in, as the load records it (q4 and q8: bfloat16, whatever was asked)
         measured = history.lookup_measurement(t_a.path, t_spec.label, context, device,
                                               draft=d_a.path if d_a else drafter, draft_quant=d_spec.label,
-                                              dtype=pdtype)
+                                              dtype=cfg.t_dtype)
         if measured is not None:
             measured_bytes = measured.comparable_bytes(overheads.cuda_context_bytes)
             measured_estimate = cfg.total(min(max(1, measured.context), limit))
