@@ -94,6 +94,8 @@ def test_bench_runs_end_to_end_on_a_tiny_pair(tiny_target, tiny_draft, tmp_path)
             assert n == m, row  # every greedy method reproduces plain decoding exactly, HF's included
     assert any(g["name"].startswith("efficiency") for g in data["goals"])
     assert "| plain |" in md.read_text()
+    assert data["meta"]["loaded"] == {"target": "none, float32", "draft": "none, float32"}
+    assert "Loaded as: target [none, float32]; draft [none, float32]." in md.read_text()
     from specdesk.hw.cpu import cpu_name
 
     assert data["meta"]["cpu"].startswith(cpu_name()) and f"CPU: {cpu_name()}" in md.read_text()  # figures name it

@@ -97,9 +97,9 @@ def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggu
 
 def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwise(ggufs, tiny_target, tmp_path):
     """--target-quant auto (the command line's and the app's default): a GGUF file of 4 bits a weight (Q4_0 here) on a
-    CPU loads and plans as q4, one of 8 bits (Q8_0) and a float llama folder as q8 where specdesk's kernels build;
-    F32 and F16 files, a folder of another architecture or already quantized, a GPU and a compute dtype asked for
-    stay as stored; the command line plans the 4-bit file as q4 without
+    CPU loads and plans as q4, one of 8 bits (Q8_0) and a float llama folder of 100 MB and more as q8 where
+    specdesk's kernels build; F32 and F16 files, a smaller folder, one of another architecture or already
+    quantized, a GPU and a compute dtype asked for stay as stored; the command line plans the 4-bit file as q4 without
     being told."""
     from specdesk.core import kernels
     from specdesk.core.loading import auto_quant, load_model, resolve_quant
@@ -109,15 +109,24 @@ def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwi
     assert {q: resolve_quant(str(ggufs[q]), "auto", "cpu") for q in QTYPES} == {
         "F32": "none", "F16": "none", "Q8_0": eight, "Q4_0": "q4"}
     assert auto_quant(ggufs["Q8_0"], "cuda") == "none" and auto_quant(ggufs["Q8_0"], "cpu", "float32") == "none"
-    assert resolve_quant(str(tiny_target), "auto", "cpu") == eight  # a float llama folder: q8 too
-    assert auto_quant(tiny_target, "cuda") == "none" and auto_quant(tiny_target, "cpu", "float32") == "none"
+    assert resolve_quant(str(tiny_target), "auto", "cpu") == "none"  # a toy's pass is not bound by its weights
+    # a float llama folder of 100 MB of weights and more (sparse files here: auto reads only config and sizes): q8
+    from specdesk.core.loading import Q8_AUTO_MIN_BYTES
+
     cfg = json.loads((tiny_target / "config.json").read_text())
-    for name, change in (("other-arch", {"model_type": "gpt2"}), ("quantized", {"quantization_config": {}}),
-                         ("gelu", {"hidden_act": "gelu"})):
+    for name, change, size, want in (("big", {}, Q8_AUTO_MIN_BYTES, eight),
+                                     ("small", {}, Q8_AUTO_MIN_BYTES - 1, "none"),
+                                     ("other-arch", {"model_type": "gpt2"}, Q8_AUTO_MIN_BYTES, "none"),
+                                     ("quantized", {"quantization_config": {}}, Q8_AUTO_MIN_BYTES, "none"),
+                                     ("gelu", {"hidden_act": "gelu"}, Q8_AUTO_MIN_BYTES, "none")):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "config.json").write_text(json.dumps({**cfg, **change}))
-        assert auto_quant(folder, "cpu") == "none", name
+        with open(folder / "model.safetensors", "wb") as f:
+            f.truncate(size)
+        assert auto_quant(folder, "cpu") == want, name
+    big = tmp_path / "big"
+    assert auto_quant(big, "cuda") == "none" and auto_quant(big, "cpu", "float32") == "none"
     assert auto_quant(ggufs["Q4_0"], "cuda") == "none" and auto_quant(ggufs["Q4_0"], "cpu", "float32") == "none"
     assert resolve_quant(str(ggufs["Q4_0"]), "nf4", "cpu") == "nf4"  # a choice is kept
     assert resolve_quant("no/such-model", "auto", "cpu") == "none"  # the load says what is wrong

@@ -130,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
     rows = analyse(runs)
     goal_list = goals(rows, runs)
     versions = library_versions()
+    # each model's quantization and compute dtype as loaded ("auto" made concrete): figures depend on them
+    loaded = {role: f"{m.quant}{'+dq' if m.double_quant else ''}, {m.dtype}"
+              for role, m in (("target", engine.target), ("draft", engine.draft)) if m is not None}
     meta = {"target": engine.target.name, "draft": engine.draft.name if engine.draft else None,
-            "device": engine.device, "cpu": cpu_description(), "cpu_threads": torch.get_num_threads(),
+            "loaded": loaded, "device": engine.device, "cpu": cpu_description(), "cpu_threads": torch.get_num_threads(),
             "cpu_kernels": engine.describe().get("cpu_kernels"), "torch": versions["torch"],
             "transformers": versions["transformers"], "mode": "quick" if args.quick else "full",
             "repeats": cfg["repeats"], "max_new_tokens": max_new, "seconds": seconds,

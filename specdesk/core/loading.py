@@ -24,6 +24,12 @@ DEMO_NAMES = ("demo-target", "demo-draft")
 QUANTS = ("none", "int8", "nf4", "fp4", "q4", "q8", "auto")
 OWN_QUANTS = ("q4", "q8")  # specdesk's own CPU quantizations (core/int4.py): bfloat16 activations
 LEAN_TYPES = ("llama", "mistral", "qwen2")  # architectures the lean decoder runs (core/fastdraft.py)
+# auto's q8 for a float folder from this size of weight files: a pass of such a model is bound by reading its weights
+# (SmolLM2-135M in bfloat16, 270 MB: 25 -> 144 tokens/s as q8 on 2 Zen 3 cores, and its draft still pays, 1.2-1.3x).
+# Below it a pass is bound by its per-call work: the demo target (42 MB) plain 150 -> 1,900 tokens/s as q8, where a
+# draft step's own work outweighs a pass and the pair's speculative decoding stops paying (0.4-0.9x of plain); the
+# demo pair (the machinery's proof) and such toys stay as stored
+Q8_AUTO_MIN_BYTES = 100 * 10**6
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 
@@ -242,10 +248,10 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
       kernels too (torch's int4 kernel). SmolLM2-135M-Instruct Q4_1 on a 2-core AMD EPYC: 246 tokens/s against 41.5
       dequantized to float32.
     - q8 for a GGUF file of 5 to 8 bits (Q5_K_M, Q6_K, Q8_0, ...; a Q8_0 file's own codes) and for a float folder
-      of an architecture the lean decoder runs (llama, mistral, qwen2; not one quantized already): 8-bit codes per
-      32 weights, about the float model's precision (SmolLM2's greedy tokens teacher-forced: 0.966 agree with
-      float32). SmolLM2 as a bfloat16 Hugging Face folder on a 2-core AMD EPYC (Zen 3): 25 tokens/s in float32
-      (its own dtype widened), 144 as q8; the demo target 130-150 -> 1,200-1,500.
+      of an architecture the lean decoder runs (llama, mistral, qwen2; not one quantized already) whose weight
+      files hold at least :data:`Q8_AUTO_MIN_BYTES`: 8-bit codes per 32 weights, about the float model's precision
+      (SmolLM2's greedy tokens teacher-forced: 0.966 agree with float32). SmolLM2 as a bfloat16 Hugging Face
+      folder on a 2-core AMD EPYC (Zen 3): 25 tokens/s in float32 (its own dtype widened), 144 as q8.
 
     Else none: the model as it is stored (a float GGUF file, another architecture, a GPU, a dtype asked for)."""
     if device != "cpu" or dtype not in ("auto", "bfloat16"):
@@ -255,11 +261,12 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
     if Path(source).is_dir():
         try:
             cfg = read_config(Path(source))
-        except SpecdeskError:
+            size = sum(f.stat().st_size for f in weight_files(Path(source)))
+        except (SpecdeskError, OSError):
             return "none"  # the load says what is wrong with the folder
         lean = (cfg.get("model_type") in LEAN_TYPES and cfg.get("hidden_act", "silu") == "silu"
                 and "quantization_config" not in cfg and not isinstance(cfg.get("specdesk"), dict))
-        return "q8" if lean and kernels.available() else "none"
+        return "q8" if lean and size >= Q8_AUTO_MIN_BYTES and kernels.available() else "none"
     from specdesk.core.models.gguf import inspect_gguf
 
     try:

@@ -50,6 +50,8 @@ def summary_table(rows: list[Row]) -> list[str]:
 
 def markdown(rows: list[Row], goal_list: list[Goal], meta: dict) -> str:
     out = [f"# specdesk bench: {meta.get('target')} + {meta.get('draft')}", ""]
+    if meta.get("loaded"):  # quantization, dtype
+        out += ["Loaded as: " + "; ".join(f"{role} [{how}]" for role, how in meta["loaded"].items()) + ".", ""]
     cpu = f"CPU: {meta['cpu']}; " if meta.get("cpu") else ""  # figures differ by CPU (AVX2, AVX-512, AMX paths)
     out.append(f"Device: {meta.get('device')}; {cpu}{meta.get('cpu_threads')} threads; torch {meta.get('torch')}, "
                f"transformers {meta.get('transformers')}; mode: {meta.get('mode')}; repeats {meta.get('repeats')}; "
