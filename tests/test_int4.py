@@ -223,8 +223,10 @@ def test_a_q8_model_keeps_8_bit_codes_joins_its_layers_and_decodes_as_its_plain_
             assert got.token_ids == plain, (p, kw)
             checked += got.stats.drafted > 0
     assert checked >= 10  # the drafts really were verified in multi-row passes
-    predicted = weight_bytes(analyze(str(q4_pair[0])), QuantSpec("q8"), "bfloat16")
+    predicted = weight_bytes(analyze(str(q4_pair[0])), QuantSpec("q8"), "bfloat16", lean=True)
     assert predicted.quantized + predicted.kept == measure_weight_bytes(loaded.model)
+    joined = [int4.fused(m) for layer in loaded.model.model.layers for m in (layer.self_attn, layer.mlp)]
+    assert predicted.lean_copies == sum(j.scales_zeros.numel() * 2 for j in joined if j is not None)  # their steps
     from specdesk.core.plan.planner import plan
 
     p = plan(str(q4_pair[0]), None, drafter="none", target_quant="q8", device="cpu", context=256, recommend=False,

@@ -91,9 +91,10 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
     fuses = a.uses_lean_path and a.lean_layer_params * b <= LEAN_FUSE_LIMIT_BYTES
     if lean and spec.method == "none" and fuses:
         copies = a.lean_fused_params * b  # LeanDecoder: torch.cat of q/k/v and gate/up weights (new tensors)
-    if spec.method in OWN and a.uses_lean_path:
-        # int4.quantize_model: the joined layers' own scales (q4: a step and a zero per 32 weights; q8: a step)
-        copies = BF16 * (2 if spec.method == "q4" else 1) * (a.lean_fused_params // Q4_GROUP)
+    if spec.method == "q4" and a.uses_lean_path:
+        copies = BF16 * 2 * (a.lean_fused_params // Q4_GROUP)  # int4.quantize_model: the joined layers' own scales
+    if spec.method == "q8" and a.uses_lean_path and q8_joins():
+        copies = BF16 * (a.lean_fused_params // Q4_GROUP)  # the same: a step per 32 weights
     kept = a.kept_params * b
     if spec.method in OWN and a.own_head is not None:  # a distilled draft of a q4 target: its head in 8 bits
         rows, hidden = a.own_head
@@ -109,6 +110,14 @@ def weight_bytes(a: ModelAnalysis, spec: QuantSpec, dtype: str, *, lean: bool = 
         if not a.tied_embeddings:
             kept -= rows * hidden * b  # replaced; a tied head is untied, the embeddings stay beside it
     return WeightBytes(quantized, kept, copies)
+
+
+def q8_joins() -> bool:
+    """Whether q8 layers are joined (int4.fuse): on specdesk's own kernels only (torch's int4 kernel takes them as two
+    4-bit halves, kept apart)."""
+    from specdesk.core import kernels
+
+    return kernels.available()
 
 
 def kv_cache_bytes(a: ModelAnalysis, positions: int, dtype: str) -> int:
