@@ -107,6 +107,13 @@ def test_a_draft_that_slows_the_reply_raises_the_banner_and_its_fixes_apply(wind
     assert b.isVisible() and b.title.text() == "Drafting is slowing this reply"
     assert f"Acceptance {v.acceptance:.0%} is under the break-even {v.break_even:.0%}" in b.text.text()
     assert set(b.buttons) == {"Use k=auto", "Switch to prompt lookup", "Decode plainly"}
+    # a comparison's measurement settles it: slower measured, the warning stands; faster, the banner says so instead
+    window.health.compared(0.9)
+    assert b.title.text() == "Drafting is slowing this reply" and b.kind == "warn"
+    window.health.compared(1.14)
+    assert b.isVisible() and b.kind == "info" and b.title.text() == "Drafting paid on this reply after all"
+    assert "<b>1.14×</b>" in b.text.text() and not b.buttons
+    window.health._show_slow(v)  # the warning again, for its fixes below
     b.buttons["Use k=auto"].click()
     assert window.controls.k() == "auto" and b.title.text() == "Applied" and not b.buttons
     window.controls.k_box.setValue(4)

@@ -585,6 +585,7 @@ class MainWindow(QMainWindow):
                                                compared_tokens_per_second=spec_tps if pool.pooled else None,
                                                compare_runs=runs))
         self.cards.show_speedup(ratio, plain_tps)
+        self.health.compared(ratio)  # a measurement settles what the slow-drafting banner estimated
         each = (f" · the reply run again: {runs} run{'s' if runs > 1 else ''} each, alternating, pooled"
                 if pool.pooled else "")
         msg = (f"Plain decoding: {plain_tps or 0:.1f} tok/s ({plain.stats.new_tokens} tokens, "
