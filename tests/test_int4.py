@@ -236,6 +236,38 @@ def test_a_q8_model_keeps_8_bit_codes_joins_its_layers_and_decodes_as_its_plain_
                                         context=256, recommend=False, budget_bytes=2**30).target.weight_bytes
 
 
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_a_16_bit_folder_is_quantized_from_its_own_dtype_to_the_same_model(q4_pair, tmp_path, half):
+    """q4 / q8 of a bfloat16 or float16 folder load it in that dtype (half float32's memory while quantizing) and hold
+    what quantizing the same values loaded as float32 gives: every tensor, buffers included, bit for bit."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from specdesk.core import loading
+
+    src = q4_pair[0]
+    weights = {k: v.to(getattr(torch, half)) for k, v in load_file(str(src / "model.safetensors")).items()}
+    folders = {}
+    for name, dtype in ((half, getattr(torch, half)), ("float32", torch.float32)):
+        folder = tmp_path / name
+        shutil.copytree(src, folder)
+        save_file({k: v.to(dtype) for k, v in weights.items()}, str(folder / "model.safetensors"))
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg.pop("torch_dtype", None)
+        (folder / "config.json").write_text(json.dumps({**cfg, "dtype": name}))
+        folders[name] = folder
+    assert loading._stored_16_bit(folders[half]) is getattr(torch, half)
+    assert loading._stored_16_bit(folders["float32"]) is None
+    for quant in ("q4", "q8"):
+        a, b = (load_model(str(folders[n]), quant, device="cpu").model for n in (half, "float32"))
+        ta = dict(a.state_dict(keep_vars=True), **dict(a.named_buffers()))
+        tb = dict(b.state_dict(keep_vars=True), **dict(b.named_buffers()))
+        assert ta.keys() == tb.keys()
+        assert all(ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]) for k in ta), quant
+
+
 def test_a_float_targets_kernel_line_names_q8():
     """The status bar's and the session log's line for a float32 model on the CPU says what would be faster."""
     line = specdesk.load("demo-target", None, drafter="none", device="cpu").describe()["cpu_kernels"]

@@ -481,6 +481,21 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
         head_ids=head_ids, phrases=phrases.find(source))
 
 
+def _stored_16_bit(source: Path):
+    """torch.bfloat16 or torch.float16 where ``source`` is a folder whose config says its weights are stored so,
+    else None."""
+    import torch
+
+    if not Path(source).is_dir():
+        return None
+    try:
+        cfg = read_config(Path(source))
+    except SpecdeskError:
+        return None
+    name = cfg.get("dtype") or cfg.get("torch_dtype")
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name)
+
+
 def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype: str = "auto",
                device: str = "auto", progress=None) -> LoadedModel:
     """Load one model and its tokenizer, ready for inference. ``progress(message)`` hears of long steps."""
@@ -497,7 +512,9 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     stored_q4 = quant in OWN_QUANTS and is_gguf(source)  # a GGUF's q4 / q8 form: converted once, loaded as stored
     if quant in OWN_QUANTS:
         check_q4(device, dtype, quant)
-        torch_dtype = torch.float32  # loaded as float32 (a GGUF's exact values), then 4- or 8-bit codes + bfloat16
+        # loaded as float32 (a GGUF's exact values), or as a 16-bit folder stores its weights (the same values, half
+        # the memory while it is quantized), then 4- or 8-bit codes + bfloat16
+        torch_dtype = _stored_16_bit(source) or torch.float32
     path = loadable_folder(source, quant if stored_q4 else torch_dtype, progress)
     cfg = check_model_folder(path)
     if isinstance(cfg.get("specdesk"), dict) and cfg["specdesk"].get("borrows"):
