@@ -47,6 +47,8 @@ def test_picker_lists_models_and_says_why_a_draft_cannot_serve(qtbot, odd_draft)
     odd = next(i for i in items if i[1] == str(odd_draft))
     assert not odd[2] and "token id 500" in odd[0]  # greyed, with the first mismatching token
     assert dlg.choice() == LoadRequest("demo-target", "demo-draft", "model")
+    # what auto means for the chosen target on this machine (the demo pair: as stored; tests/test_gguf.py: the rule)
+    assert dlg.target_quant.itemText(dlg.target_quant.findData("auto")) == "auto: as stored for this model"
     assert not dlg.select_draft(str(odd_draft))  # an incompatible draft cannot be chosen
     assert dlg.select_draft(NGRAM) and dlg.choice().drafter == "ngram" and dlg.choice().draft is None
     dlg.target_quant.setCurrentIndex(dlg.target_quant.findData("nf4+dq"))

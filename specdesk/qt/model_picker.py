@@ -224,13 +224,16 @@ class ModelPickerDialog(QDialog):
             return
         from specdesk.core import phrases
         from specdesk.core.discovery import drafts_for
+        from specdesk.core.loading import resolve_quant
 
         self._drafts_tag += 1
         tag = self._drafts_tag
         entries = list(self.entries)
+        device = self._current.device
         self.busy = True
         self.status.setText(f"Checking which models can draft for {display_name(target)}…")
-        run_task(lambda: (drafts_for(target, entries), phrases.own_table(target)),
+        run_task(lambda: (drafts_for(target, entries), phrases.own_table(target),
+                          resolve_quant(target, "auto", device)),
                  lambda found: self._set_drafts(tag, *found), self._failed, owner=self)
 
     def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "",
@@ -247,12 +250,17 @@ class ModelPickerDialog(QDialog):
             self.draft_list.insertItem(row, item)
         return item
 
-    def _set_drafts(self, tag: int, candidates, own=None) -> None:
+    def _set_drafts(self, tag: int, candidates, own=None, auto: str | None = None) -> None:
         """``own``: the table `specdesk distill --phrases-only` made for the target (phrases.OwnTable), offered first
-        and chosen where no model can draft for it."""
+        and chosen where no model can draft for it. ``auto``: what quantization auto means for the target here
+        (loading.auto_quant), which the target's box then says."""
         if tag != self._drafts_tag:  # the user picked another target meanwhile
             return
         self.busy = False
+        if auto is not None:
+            i = self.target_quant.findData("auto")
+            self.target_quant.setItemText(i, f"auto: {auto} for this model" if auto != "none" else
+                                          "auto: as stored for this model")
         self.candidates = list(candidates)
         self.own_table = own
         first_good = None
