@@ -97,8 +97,8 @@ def test_planned_weight_bytes_equal_the_load_and_target_quant_applies(quant, ggu
 
 def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwise(ggufs, tiny_target, tmp_path):
     """--target-quant auto (the command line's and the app's default): a GGUF file of 4 bits a weight (Q4_0 here) on a
-    CPU loads and plans as q4, one of 8 bits (Q8_0) and a float llama folder of 100 MB and more as q8 where
-    specdesk's kernels build; F32 and F16 files, a smaller folder, one of another architecture or already
+    CPU loads and plans as q4, one of 8 bits (Q8_0) and a float llama folder or file of 100 MB and more as q8 where
+    specdesk's kernels build; smaller F32 and F16 files and folders, one of another architecture or already
     quantized, a GPU and a compute dtype asked for stay as stored; the command line plans the 4-bit file as q4 without
     being told."""
     from specdesk.core import kernels
@@ -109,6 +109,11 @@ def test_auto_quantization_is_q4_for_a_4_bit_gguf_on_a_cpu_and_as_stored_otherwi
     assert {q: resolve_quant(str(ggufs[q]), "auto", "cpu") for q in QTYPES} == {
         "F32": "none", "F16": "none", "Q8_0": eight, "Q4_0": "q4"}
     assert auto_quant(ggufs["Q8_0"], "cuda") == "none" and auto_quant(ggufs["Q8_0"], "cpu", "float32") == "none"
+    import specdesk.core.loading as loading
+
+    with pytest.MonkeyPatch.context() as mp:  # a float file takes the folder's rule: q8 from 100 MB (here: from 1 byte)
+        mp.setattr(loading, "Q8_AUTO_MIN_BYTES", 1)
+        assert {q: auto_quant(ggufs[q], "cpu") for q in ("F32", "F16")} == {"F32": eight, "F16": eight}
     assert resolve_quant(str(tiny_target), "auto", "cpu") == "none"  # a toy's pass is not bound by its weights
     # a float llama folder of 100 MB of weights and more (sparse files here: auto reads only config and sizes): q8
     from specdesk.core.loading import Q8_AUTO_MIN_BYTES

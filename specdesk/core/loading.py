@@ -254,7 +254,9 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
       SmolLM2 as a bfloat16 Hugging Face folder on a 2-core AMD EPYC (Zen 3): 25 tokens/s in float32 (its own dtype
       widened), 144 as q8.
 
-    Else none: the model as it is stored (a float GGUF file, another architecture, a GPU, a dtype asked for)."""
+      A float GGUF file (F16, BF16, F32) takes the folder's rule.
+
+    Else none: the model as it is stored (a smaller float model, another architecture, a GPU, a dtype asked for)."""
     if device != "cpu" or dtype not in ("auto", "bfloat16"):
         return "none"
     from specdesk.core import kernels
@@ -271,13 +273,18 @@ def auto_quant(source: Path, device: str, dtype: str = "auto") -> str:
     from specdesk.core.models.gguf import inspect_gguf
 
     try:
-        file_type = inspect_gguf(Path(source)).file_type.upper()
+        info = inspect_gguf(Path(source))
     except SpecdeskError:
         return "none"  # the load says what is wrong with the file
+    file_type = info.file_type.upper()
     if file_type.startswith(_FOUR_BITS_OR_FEWER):
         return "q4"
     if file_type.startswith(_FIVE_TO_EIGHT_BITS):
         return "q8" if kernels.available() else "none"  # torch's int4 kernel computes q8 at two 4-bit halves
+    # a float file as a float folder: llama.cpp names mistral's and llama's architecture "llama"
+    lean = info.architecture in LEAN_TYPES and info.stored_bytes >= Q8_AUTO_MIN_BYTES
+    if file_type.startswith(("F16", "BF16", "F32")) and lean and kernels.available():
+        return "q8"
     return "none"
 
 
