@@ -192,8 +192,11 @@ def test_a_q8_model_keeps_8_bit_codes_joins_its_layers_and_decodes_as_its_plain_
     """--target-quant q8: every decoder layer in GGUF Q8_0's layout (8-bit codes, a bfloat16 step per 32 weights,
     about a float model's precision), q/k/v and gate/up joined (the same outputs as the layers apart), the lean path
     on bfloat16; greedy speculative output equals its plain decoding; the planner counts its bytes exactly."""
-    loaded = load_model(str(q4_pair[0]), quant="q8", device="cpu")
+    said: list[str] = []
+    loaded = load_model(str(q4_pair[0]), quant="q8", device="cpu", progress=said.append)
     assert loaded.quant == "q8" and loaded.dtype == "bfloat16"
+    steps = [m for m in said if m.startswith("quantizing q4-target to 8 bits (q8): ")]  # a long step shows progress
+    assert len(steps) >= 2 and steps[-1].endswith(": 100%")
     layer = loaded.model.model.layers[0]
     kind = int4.NativeQ8Linear if which == "own" else int4.Q8Linear
     assert all(type(m) is kind for m in (layer.self_attn.q_proj, layer.self_attn.o_proj, layer.mlp.down_proj))

@@ -451,16 +451,20 @@ def quant_targets(model: nn.Module, head: str = "q8", layers: str = "q4") -> dic
     return out
 
 
-def quantize_model(model: nn.Module, head: str = "q8", layers: str = "q4") -> int:
+def quantize_model(model: nn.Module, head: str = "q8", layers: str = "q4", progress=None) -> int:
     """Every linear layer of the decoder blocks that the kernel takes becomes an Int4Linear (``layers`` "q8": a
     Q8Linear, GGUF Q8_0's layout: the ``q8`` quantization, about a float model's precision), the output head a
     Q8Linear (``head`` "q8", a target's: 8 bits keep its logits as a Q8_0 file has them) or an Int4Linear ("q4", a
     draft's own copy of some of the target's rows, where 4 bits cost acceptance, not exactness) or stays ("none");
     everything else (embeddings, norms) becomes bfloat16. A tied head is untied: the embeddings stay bfloat16
-    beside it. Returns how many layers were quantized."""
+    beside it. Returns how many layers were quantized. ``progress(done, total)`` hears of every twentieth of them
+    (a 7B model's ~220 layers take minutes on a small CPU)."""
     targets = quant_targets(model, head, layers)
-    for name, kind in targets.items():
+    every = max(1, len(targets) // 20)
+    for i, (name, kind) in enumerate(targets.items(), 1):
         model.set_submodule(name, kind.from_linear(model.get_submodule(name)))
+        if progress is not None and (i % every == 0 or i == len(targets)):
+            progress(i, len(targets))
     fuse_model(model)
     model.to(torch.bfloat16)  # the rest; Int4Linear's packed codes are integers and stay as they are
     return len(targets)

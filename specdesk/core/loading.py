@@ -561,9 +561,9 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
         from specdesk.core import int4
 
         if not stored_q4:
-            if progress:
-                progress(f"quantizing {source.name} to {quant[1]} bits ({quant})")
-            int4.quantize_model(model, layers=quant)
+            say = (lambda done, total: progress(f"quantizing {source.name} to {quant[1]} bits ({quant}): "
+                                                f"{100 * done // total}%")) if progress else None
+            int4.quantize_model(model, layers=quant, progress=say)
         torch_dtype = torch.bfloat16
     if qcfg is not None and device == "cpu":
         from specdesk.core.bnb_cpu import prepare_4bit_layers
