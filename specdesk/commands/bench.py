@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specdesk.commands.common import add_model_args
 from specdesk.core.errors import BadSetting
+from specdesk.core.loading import OWN_QUANTS
 
 QUICK = dict(per_category=1, repeats=2, ks=(2, 4), hf_ks=(4,), hf_default=False, temps=(0.0, 0.7), max_new=48,
              long_new=32)
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     # q4 / q8 models compute in bfloat16 through specdesk's layers; transformers' generate runs them with its own
     # attention over a verify pass's positions at once, whose bfloat16 sums differ from one-position steps', so its
     # greedy output drifts from plain decoding's: no exact comparison to be had there
-    own = sorted({m.quant for m in (engine.target, engine.draft) if m is not None and m.quant in ("q4", "q8")})
+    own = sorted({m.quant for m in (engine.target, engine.draft) if m is not None and m.quant in OWN_QUANTS})
     if own and not args.no_hf:
         say(f"skipping transformers' generation: the {' and '.join(own)} model{'s' if len(own) > 1 else ''} compute "
             f"in bfloat16, which its batched attention does not reproduce exactly (--target-quant none "

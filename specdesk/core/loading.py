@@ -219,13 +219,17 @@ def resolve_dtype(dtype: str, device: str):
     return getattr(torch, dtype)
 
 
+def cpu_only(quant: str) -> BadSetting:
+    """The error for q4 or q8 asked of a GPU (the load's and the planner's), naming bitsandbytes' nearest method."""
+    return BadSetting(f"quantization {quant} runs on the CPU only: on a GPU use {'nf4' if quant == 'q4' else 'int8'}")
+
+
 def check_q4(device: str, dtype: str, quant: str = "q4") -> None:
     """q4 and q8 (core/int4.py) run specdesk's CPU kernels, or torch's CPU int4 kernel, with bfloat16 activations."""
     from specdesk.core import int4
 
     if device != "cpu":
-        raise BadSetting(f"quantization {quant} runs on the CPU only: on a GPU use "
-                         f"{'nf4' if quant == 'q4' else 'int8'}")
+        raise cpu_only(quant)
     if dtype not in ("auto", "bfloat16"):
         raise BadSetting(f"quantization {quant} computes in bfloat16: leave dtype at auto (not {dtype})")
     if not int4.available():

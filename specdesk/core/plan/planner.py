@@ -28,6 +28,7 @@ from pathlib import Path
 from specdesk.core import phrases
 from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
+from specdesk.core.loading import cpu_only
 from specdesk.core.pairing import HYBRID, PHRASES, may_take_own_draft, resolve_drafter
 from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
@@ -217,8 +218,7 @@ class _Config:
         t_q4 = self.target_quant.method in OWN
         for spec in (self.target_quant, self.draft_quant):
             if self.cuda and spec.method in OWN:
-                raise BadSetting(f"quantization {spec.method} runs on the CPU only: on a GPU use "
-                                 f"{'nf4' if spec.method == 'q4' else 'int8'}")
+                raise cpu_only(spec.method)
         borrowing = self.draft is not None and self.draft.borrows
         if t_q4 and borrowing:
             self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4/q8 target in q4 (loading)

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from specdesk.core.bnb_cpu import packable
 from specdesk.core.errors import BadSetting
+from specdesk.core.loading import OWN_QUANTS as OWN  # q4, q8: specdesk's own (bfloat16 activations, an 8-bit head)
 
-METHODS = ("none", "int8", "nf4", "fp4", "q4", "q8")  # q4, q8: core/int4.py, CPU only
-OWN = ("q4", "q8")  # specdesk's own CPU quantizations: bfloat16 activations, an 8-bit head
+METHODS = ("none", "int8", "nf4", "fp4", *OWN)  # q4, q8: core/int4.py, CPU only
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 BLOCKSIZE_4BIT = 64  # quantize_4bit's default blocksize, the one transformers uses
 DQ_BLOCKSIZE = 256  # quantize_blockwise(absmax, blocksize=256) for double quantization
@@ -135,9 +135,9 @@ def shares_head(rows: int, hidden: int, target_rows: int) -> bool:
 
 
 def q8_weight_bytes(rows: int, hidden: int) -> int:
-    """A q4 model's 8-bit head (and a q8 model's layers): with specdesk's own kernel (core/kernels) int4.NativeQ8Linear, one byte a weight
-    and a bfloat16 step per 32; else int4.Q8Linear, a q4 layer of 2 x hidden inputs (each weight's high and low 4
-    bits)."""
+    """A q4 model's 8-bit head (and a q8 model's layers): with specdesk's own kernel (core/kernels)
+    int4.NativeQ8Linear, one byte a weight and a bfloat16 step per 32; else int4.Q8Linear, a q4 layer of 2 x hidden
+    inputs (each weight's high and low 4 bits)."""
     from specdesk.core import kernels
 
     if q4_fits(rows, hidden) and kernels.available():
