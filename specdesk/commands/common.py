@@ -38,7 +38,7 @@ def add_model_args(p: argparse.ArgumentParser, default_target: str | None = "dem
                         "weights through specdesk's CPU kernels, bfloat16 activations; CPU only; q8 is near-lossless "
                         "and several times faster than float32 on a CPU), none (as stored), or auto (the default: on a "
                         "CPU q4 for a GGUF file of 4 bits a weight or fewer, q8 for one of 5 to 8 bits or a float "
-                        "folder of a llama, mistral or qwen2 model; else none)")
+                        "llama, mistral or qwen2 model of 100 MB and more; else none)")
     g.add_argument("--draft-quant", choices=QUANTS, default="auto",
                    help="quantization of the draft (as --target-quant; a draft distilled for the target follows it)")
     g.add_argument("--double-quant", action="store_true", help="4-bit double quantization of the constants")

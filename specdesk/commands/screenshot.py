@@ -38,8 +38,8 @@ def add_parser(sub) -> None:
                                                      "target if there is one, else prompt lookup (as the app)")
     p.add_argument("--target-quant", default="auto", choices=QUANTS,
                    help="the target's quantization, as the app's: auto (the default: on a CPU q4 for a GGUF file of "
-                        "4 bits a weight or fewer, q8 for one of 5 to 8 bits or a float llama/mistral/qwen2 folder, "
-                        "else none), none, int8, nf4, fp4, q4 or q8 (CPU)")
+                        "4 bits a weight or fewer, q8 for one of 5 to 8 bits or a float llama/mistral/qwen2 model of "
+                        "100 MB and more, else none), none, int8, nf4, fp4, q4 or q8 (CPU)")
     p.add_argument("--no-compare", action="store_true", help="skip measuring plain decoding")
     p.add_argument("--size", default="1440x900", help="window size WIDTHxHEIGHT (default 1440x900)")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for each stage (default 600)")

@@ -39,8 +39,8 @@ class LoadRequest:
     target: str = "demo-target"
     draft: str | None = None
     drafter: str | None = None  # "model", "ngram", "none"; None: the engine's default for the pair
-    # loading.auto_quant: on a CPU q4 for a 4-bit GGUF file, q8 for a 5-8-bit one or a float folder the lean decoder
-    # runs, else as stored
+    # loading.auto_quant: on a CPU q4 for a 4-bit GGUF file, q8 for a 5-8-bit one or a float model of 100 MB and more
+    # that the lean decoder runs, else as stored
     target_quant: str = "auto"
     draft_quant: str = "auto"
     double_quant: bool = False  # 4-bit double quantization (bitsandbytes applies it to both models)
