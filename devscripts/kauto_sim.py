@@ -38,12 +38,14 @@ NEW = 96
 
 def record(args) -> None:
     import specdesk
-    from specdesk.core.bench.suite import chat_suite
+    from specdesk.core.bench.suite import chat_suite, free_chat_suite
     from specdesk.core.ngram import NgramIndex
     from specdesk.core.sampling import SamplingConfig
 
-    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant="q4")
-    prompts = [engine.chat_ids([{"role": "user", "content": p.text}]) for p in chat_suite(args.prompts)]
+    engine = specdesk.load(args.gguf, args.draft, drafter="model", device="cpu", target_quant=args.target_quant)
+    suites = {"chat": chat_suite, "free": free_chat_suite}
+    texts = [p.text for name in args.suite.split(",") for p in suites[name](args.prompts)]
+    prompts = [engine.chat_ids([{"role": "user", "content": t}]) for t in texts]
     drafter = engine._drafter("model")
     greedy = SamplingConfig()
     traces = []
@@ -164,7 +166,9 @@ def main() -> None:
     sub = ap.add_subparsers(dest="what", required=True)
     r = sub.add_parser("record")
     r.add_argument("--out", required=True)
-    r.add_argument("--gguf", default=GGUF)
+    r.add_argument("--gguf", default=GGUF, help="the target (a GGUF file or a folder)")
+    r.add_argument("--target-quant", default="q4")
+    r.add_argument("--suite", default="chat", help="chat, free (the hand-written chat-free prompts) or chat,free")
     r.add_argument("--draft", default=DRAFT)
     r.add_argument("--prompts", type=int, default=8)
     s = sub.add_parser("simulate")

@@ -41,9 +41,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--suite", choices=("chat", "free"), default="chat",
                     help="the bench's held-out template prompts (chat) or its hand-written ones (free: chat-free)")
+    ap.add_argument("--target", default=GGUF, help="the target (default: the q4 SmolLM2 GGUF)")
+    ap.add_argument("--target-quant", default="q4", help="its quantization (default q4)")
     args = ap.parse_args()
     suite = chat_suite if args.suite == "chat" else free_chat_suite
-    e = specdesk.load(GGUF, DRAFT, device="cpu", target_quant="q4", drafter="model")
+    e = specdesk.load(args.target, DRAFT, device="cpu", target_quant=args.target_quant, drafter="model")
     e.warm_up()
     mode = "greedy" if args.temperature == 0 else "sampled"
     records = []

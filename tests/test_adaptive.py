@@ -671,3 +671,37 @@ def test_a_new_reply_starts_from_the_drafts_acceptance_over_many_replies_not_the
     assert nxt[0] > 0  # the next prompt is drafted for at once
     assert sum(k > 0 for k in nxt) >= 25
     assert ctl.probe_every == ctl.probe_min
+
+
+def test_a_reply_whose_first_drafts_failed_by_chance_drafts_again_within_it():
+    """Decoding plainly judges nothing, so a_j stayed where a reply's first few drafts left it: four rejections in a
+    row (a 0.45-0.5 acceptance's luck at a reply's start; three here) kept k=auto plain until a probe 32 steps on, and a failed
+    probe doubled that (q8 SmolLM2 with its draft, the bench's hand-written chat prompts: k=auto 1.04x of plain where
+    k=1 ran 1.21x). While plain, a_j goes back toward the reply's own acceptance (the long-run one worth REPLY_PRIOR
+    judged steps, with this reply's judged steps), so drafting resumes within the reply; a reply the draft keeps
+    failing on stays plain (the test above)."""
+    def reply(ctl: AdaptiveK, rng: random.Random, alpha: float, steps: int, bad_start: int = 0) -> list[int]:
+        # q8 SmolLM2's costs on a 2-core AMD EPYC: a pass 7.1 ms, +1.7 a further position; 0.5 ms a drafted token
+        ctl.reset_acceptance()
+        ks, drafted = [], 0
+        for step in range(steps):
+            k = ctl.choose(100 + step)
+            n = 0
+            while n < k and drafted >= bad_start and rng.random() < alpha:
+                n += 1
+            drafted += k > 0
+            ctl.observe(k, k, n, 0.0005 * k, (7.1 + 1.7 * k) / 1000, 100 + step)
+            ks.append(k)
+        return ks
+
+    runs = []
+    for seed in range(6):
+        rng = random.Random(seed)
+        ctl = AdaptiveK()
+        for _ in range(6):
+            reply(ctl, rng, 0.5, 96)
+        ks = reply(ctl, rng, 0.5, 96, bad_start=3)
+        assert ks[:3].count(0) == 0  # it drafts from the start, and the first three drafts all fail
+        runs.append(sum(k > 0 for k in ks[8:40]))
+    # steps 8-40 (where the old controller decoded plainly until its probe): drafted on most of them
+    assert sum(runs) >= 6 * 16, runs  # 121 of 192 (29, 2, 29, 24, 5, 32); without the return 46

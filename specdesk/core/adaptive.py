@@ -52,7 +52,9 @@ more than its best guess, so the position just beyond it keeps being measured (w
 on whatever k its first noisy samples favoured; exploring every 6th step by 2 tokens measured 1-5% slower
 on the demo pair's short replies). When no k > 0 pays it decodes plainly, drafting a short
 probe now and then (at growing intervals) to notice when speculation starts paying again, so it is never
-much slower than plain decoding.
+much slower than plain decoding. While it decodes plainly nothing is judged, so a_j goes back, step by step, toward
+the reply's own acceptance (the long-run one with this reply's judged steps: :meth:`AdaptiveK._revert`): a stretch of
+bad luck at a reply's start no longer keeps the rest of the reply plain.
 """
 
 from __future__ import annotations
@@ -150,6 +152,17 @@ class AdaptiveK:
     NEW_REPLY_TRIALS = 4.0
     # judged steps' memory of that acceptance over many replies, in half-lives of the per-reply one
     LONG_RUN = 16
+    # plain steps in which a_j goes halfway back to what a new reply starts from, in a reply's first plain stretch;
+    # each further stretch of the reply doubles it, up to REVERT_MAX (see _revert)
+    REVERT_HALF_LIFE = 8.0
+    REVERT_MAX = 128.0
+    # what a_j goes back to is this reply's acceptance so far, from the long-run one worth this many judged steps:
+    # replies' acceptances differ by ~0.1 (q8 SmolLM2's draft on the bench's chat prompts: 0.3-0.65), as a Beta prior
+    # of ~24 pseudo-steps around ~0.45 says; four rejections then move it ~0.06, thirty ~0.25
+    REPLY_PRIOR = 24.0
+    # drafted steps in a row after which a plain stretch's probes start over from probe_min: a draft tried again as
+    # a_j went back (see _revert) and dropped after a step or two did not pay, and probes stay as seldom as they were
+    PROBE_RESET_RUN = 4
     # that acceptance over many replies starts from prior_acceptance, worth this many judged steps in each state (see
     # _long_tables); real steps outweigh it within a few replies and it fades with them
     LONG_PRIOR_TRIALS = 4.0
@@ -173,6 +186,7 @@ class AdaptiveK:
         self.acc_by_state = self._acc_tables(half_life)
         # the same, forgotten slowly: the draft's acceptance over many replies, what a new reply starts from
         self.acc_long = self._long_tables()
+        self.acc_reply = self._acc_tables(math.inf)  # this reply's, not forgotten (see _revert)
         self.state = 0
         # costs belong to the machine and the models (so they are forgotten slowly), and grow with the context
         self.draft = _DecayedLine(half_life * 4, self.COST_SPREAD)  # seconds per drafted token
@@ -210,6 +224,9 @@ class AdaptiveK:
         self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
         # verify(1 ..), mean acceptance of the calibration)
         self.plain_streak = 0
+        self._unjudged = 0  # plain steps whose text a_j has not yet been moved toward (see _revert)
+        self._stretches = 0  # plain stretches that followed drafting in this reply (see _revert)
+        self._drafting_run = 0  # steps drafted in a row by the model's choice
         self._since_draft = self.PLAIN_SETTLE  # steps since the draft model last ran
         self.speculating = False
         self.history: list[int] = []  # chosen k per step (for inspection and tests)
@@ -469,17 +486,27 @@ class AdaptiveK:
             # in a plain streak nothing but plain passes is learnt: the choice is looked at again every
             # REPLAN_PLAIN steps (best_k takes ~65 us, 2% of a 3 ms plain step)
             replan = self.plain_streak == 0 or self.plain_streak % self.REPLAN_PLAIN == 0
+            if replan and self._unjudged:
+                self._revert(self._unjudged)
             k = self.best_k() if replan else 0
             if k == 0:
+                if self.history and self.history[-1] > 0:
+                    self._stretches += 1  # a plain stretch starts
+                self._drafting_run = 0
                 self.plain_streak += 1
+                self._unjudged += 1
                 if self.plain_streak >= self.probe_every:
+                    self._revert(self._unjudged)
                     self.plain_streak = 0
                     self.probe_every = min(self.probe_max, self.probe_every * 2)
                     k = self.probe_k
             else:
                 self.speculating = True
                 self.plain_streak = 0
-                self.probe_every = self.probe_min
+                self._unjudged = 0
+                self._drafting_run += 1
+                if self._drafting_run >= self.PROBE_RESET_RUN:
+                    self.probe_every = self.probe_min  # drafting pays again: probes start over when it stops
                 if self.steps % self.explore_every == 0:
                     k = min(self.k_max, k + self.explore_step)
         self.history.append(k)
@@ -561,7 +588,36 @@ class AdaptiveK:
             self.confidence_judged.add(passed)
         self._judge(self.acc, drafted, accepted)
         self._judge(self.acc_long[self.state], drafted, accepted)
+        self._judge(self.acc_reply[self.state], drafted, accepted)
         self.state = 1 if accepted == drafted else 0
+
+    def _revert(self, steps: int | None) -> None:
+        """Move every a_j toward this reply's acceptance so far, ``steps`` plain steps' worth (None: all the way, a new
+        reply): halfway in REVERT_HALF_LIFE plain steps in the reply's first plain stretch, twice that in each next
+        one (up to REVERT_MAX). The reply's acceptance is the long-run one (acc_long) worth REPLY_PRIOR judged steps
+        with this reply's judged steps added; a_j goes to it at the weight a new reply starts with (NEW_REPLY_TRIALS).
+
+        Decoding plainly judges nothing, so a_j stayed at what the last drafted steps left: a reply's first few
+        tokens or an unlucky run of rejections, the three to five steps a 0.45-0.5 acceptance loses by chance, kept
+        it plain until the next probe, 32 plain steps on, and a failed probe doubled that. On SmolLM2 as q8 with its
+        draft (the bench's hand-written chat prompts, 2-core AMD EPYC) k=auto ran 1.04x of plain where k=1 ran 1.21x,
+        decoding most steps of four replies plainly. The text a few dozen tokens on is another stretch: what the last
+        one taught fades, and a reply whose acceptance pays drafts again; one the draft keeps failing on (thirty
+        rejections move the reply's acceptance ~0.25) stays plain. The half-life doubles as probes' intervals do:
+        where the text changed under a long-run acceptance learnt elsewhere (0.9, then 0.02 in one long reply) the
+        draft is tried a few times, not every dozen steps."""
+        half_life = min(self.REVERT_MAX, self.REVERT_HALF_LIFE * 2.0 ** max(0, self._stretches - 1))
+        f = 0.0 if steps is None else 0.5 ** (steps / half_life)
+        for table, long, reply in zip(self.acc_by_state, self.acc_long, self.acc_reply):
+            for a, b, r in zip(table, long, reply):
+                if b.w <= 1e-9:
+                    a.w, a.s = a.w * f, a.s * f
+                    continue
+                prior = min(1.0, self.REPLY_PRIOR / b.w)
+                mean = (b.s * prior + r.s) / (b.w * prior + r.w)
+                w = (1.0 - f) * min(b.w, self.NEW_REPLY_TRIALS)
+                a.w, a.s = a.w * f + w, a.s * f + w * mean
+        self._unjudged = 0
 
     def learn_costs_from(self, other: "AdaptiveK", draft: bool = True) -> None:
         """Start from ``other``'s cost model (what a :class:`Lesson` taught it): what passes cost on this machine,
@@ -589,12 +645,11 @@ class AdaptiveK:
             a.s *= keep
         if keep <= 0:
             self.acc_long = self._long_tables()
-        for table, long in zip(self.acc_by_state, self.acc_long):
-            for a, b in zip(table, long):
-                f = min(1.0, self.NEW_REPLY_TRIALS / b.w) if b.w > 1e-9 else 0.0
-                a.w, a.s = b.w * f, b.s * f
+        self.acc_reply = self._acc_tables(math.inf)
+        self._revert(None)
         self.state = 0
         self.plain_streak = 0
+        self._stretches = 0
         self.probe_every = self.probe_min
         # a new prompt's first passes run slow too (4.8, 4.7, 4.2 ms where the reply settles at 2.8 on q4 SmolLM2,
         # drafted or not: the prefill and whatever ran between replies had the cache): not plain decoding's cost
