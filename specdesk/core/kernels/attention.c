@@ -47,7 +47,18 @@ static void softmax_row(float *restrict si, int64_t L) {
     for (int64_t j = full; j < L; j++) top[j - full] = si[j] > top[j - full] ? si[j] : top[j - full];
     float m = top[0];
     for (int l = 1; l < LANES; l++) m = top[l] > m ? top[l] : m;
-    for (int64_t j = 0; j < L; j++) si[j] = exp_fast(si[j] - m);
+    /* exp_fast's vector forms (the same bits): the compiler left this loop scalar. SmolLM2's 30 layers' attention on
+     * a 2-core AMD EPYC (Zen 3, AVX2), both builds in one process, outputs identical: 300 keys, 1 / 2 / 4 positions
+     * 0.86 / 1.62 / 2.33 -> 0.79 / 1.46 / 2.15 ms; 800 keys 1.80 / 3.13 / 5.29 -> 1.61 / 2.51 / 4.20 ms */
+    int64_t j = 0;
+#if defined(__AVX512F__)
+    const __m512 vm = _mm512_set1_ps(m);
+    for (; j + 16 <= L; j += 16) _mm512_storeu_ps(si + j, exp_fast16(_mm512_sub_ps(_mm512_loadu_ps(si + j), vm)));
+#elif defined(__AVX2__) && defined(__FMA__)
+    const __m256 vm = _mm256_set1_ps(m);
+    for (; j + 8 <= L; j += 8) _mm256_storeu_ps(si + j, exp_fast8(_mm256_sub_ps(_mm256_loadu_ps(si + j), vm)));
+#endif
+    for (; j < L; j++) si[j] = exp_fast(si[j] - m);
     for (int64_t j0 = 0; j0 < full; j0 += LANES)
         for (int l = 0; l < LANES; l++) acc[l] += si[j0 + l];
     for (int64_t j = full; j < L; j++) acc[j - full] += si[j];
