@@ -298,40 +298,48 @@ static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_
     }
 }
 
-/* The weighted sums of values for rows r < R, 16 dimensions at a time, keys in order: each dimension's sum is
- * attend_one's fmaf chain (from 0), so the same bits, with the rows' sums in registers and each value row widened
- * once for all of them. */
-static inline __attribute__((always_inline)) void pv_rows_n(const int R, const float *s, int64_t ls, const int64_t *Lr,
-                                                            int64_t Lmin, int64_t Lmax, const uint16_t *vc, int64_t hd,
-                                                            float *o) {
-    for (int64_t c = 0; c < hd; c += 16) {
-        __m256 a0[RMAX], a1[RMAX];
-        for (int r = 0; r < R; r++) a0[r] = _mm256_setzero_ps(), a1[r] = _mm256_setzero_ps();
+/* The weighted sums of values for rows r < R, 8 * A dimensions at a time, keys in order: each dimension's sum is
+ * attend_one's fmaf chain (from 0), so the same bits whatever A, with the rows' sums in registers and each value row
+ * widened once for all of them. A is as large as the registers allow (R * A <= 8 for one and two rows): each sum is a
+ * chain of dependent fused multiply-adds, and one or two rows' 16 dimensions (2 or 4 chains) left the FMA units
+ * waiting on their latency; a one-position pass's items hold 1 or 2 rows (SmolLM2: 9 heads on 3 KV heads, 2
+ * threads). */
+static inline __attribute__((always_inline)) void pv_rows_n(const int R, const int A, const float *s, int64_t ls,
+                                                            const int64_t *Lr, int64_t Lmin, int64_t Lmax,
+                                                            const uint16_t *vc, int64_t hd, float *o) {
+    for (int64_t c = 0; c < hd; c += 8 * A) {
+        __m256 acc[RMAX * 2];
+        for (int i = 0; i < R * A; i++) acc[i] = _mm256_setzero_ps();
         for (int64_t j = 0; j < Lmax; j++) {
-            const __m256 v0 = load_bf16x8(vc + j * hd + c), v1 = load_bf16x8(vc + j * hd + c + 8);
+            __m256 v[8];
+            for (int a = 0; a < A; a++) v[a] = load_bf16x8(vc + j * hd + c + 8 * a);
             for (int r = 0; r < R; r++)
                 if (j < Lmin || j < Lr[r]) {
                     const __m256 w = _mm256_set1_ps(s[r * ls + j]);
-                    a0[r] = _mm256_fmadd_ps(w, v0, a0[r]);
-                    a1[r] = _mm256_fmadd_ps(w, v1, a1[r]);
+                    for (int a = 0; a < A; a++) acc[r * A + a] = _mm256_fmadd_ps(w, v[a], acc[r * A + a]);
                 }
         }
-        for (int r = 0; r < R; r++) {
-            _mm256_storeu_ps(o + r * hd + c, a0[r]);
-            _mm256_storeu_ps(o + r * hd + c + 8, a1[r]);
-        }
+        for (int r = 0; r < R; r++)
+            for (int a = 0; a < A; a++) _mm256_storeu_ps(o + r * hd + c + 8 * a, acc[r * A + a]);
     }
 }
 
 static void pv_rows(int R, const float *s, int64_t ls, const int64_t *Lr, int64_t Lmin, int64_t Lmax,
                     const uint16_t *vc, int64_t hd, float *o) {
     switch (R) {
-    case 1: pv_rows_n(1, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 2: pv_rows_n(2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 3: pv_rows_n(3, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 4: pv_rows_n(4, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 5: pv_rows_n(5, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    default: pv_rows_n(RMAX, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 1:
+        if (hd % 64 == 0) pv_rows_n(1, 8, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        else if (hd % 32 == 0) pv_rows_n(1, 4, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        else pv_rows_n(1, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        break;
+    case 2:
+        if (hd % 32 == 0) pv_rows_n(2, 4, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        else pv_rows_n(2, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        break;
+    case 3: pv_rows_n(3, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 4: pv_rows_n(4, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 5: pv_rows_n(5, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    default: pv_rows_n(RMAX, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
     }
 }
 
