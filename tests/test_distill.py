@@ -260,6 +260,12 @@ def test_with_a_q4_target_the_draft_goes_4_bit_and_output_stays_the_targets(dist
     spec = check_follows_a_q4_target(distill_target, out)
     assert (spec.draft.model.get_input_embeddings().weight.data_ptr()
             == spec.target.model.get_input_embeddings().weight.data_ptr())
+    # what the app's draft quantization box says auto means (loading.resolve_draft_quant): what the load did
+    from specdesk.core.loading import resolve_draft_quant
+
+    assert resolve_draft_quant(str(out), "auto", "q4", "cpu") == (spec.draft.quant, True) == ("q4", True)
+    assert resolve_draft_quant(str(out), "int8", "none", "cpu") == ("none", True)  # a float target's: its dtype
+    assert resolve_draft_quant("demo-draft", "auto", "q4", "cpu") == ("none", False)  # any other: its own auto
 
 
 def test_sampled_proposals_put_no_mass_outside_the_head(engines):

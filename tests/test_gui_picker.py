@@ -49,8 +49,11 @@ def test_picker_lists_models_and_says_why_a_draft_cannot_serve(qtbot, odd_draft)
     assert dlg.choice() == LoadRequest("demo-target", "demo-draft", "model")
     # what auto means for the chosen target on this machine (the demo pair: as stored; tests/test_gguf.py: the rule)
     assert dlg.target_quant.itemText(dlg.target_quant.findData("auto")) == "auto: as stored for this model"
+    # and for the chosen draft (a distilled draft's "follows the target": tests/test_distill.py's resolve_draft_quant)
+    assert dlg.draft_quant.itemText(dlg.draft_quant.findData("auto")) == "auto: as stored for this draft"
     assert not dlg.select_draft(str(odd_draft))  # an incompatible draft cannot be chosen
     assert dlg.select_draft(NGRAM) and dlg.choice().drafter == "ngram" and dlg.choice().draft is None
+    assert dlg.draft_quant.itemText(dlg.draft_quant.findData("auto")) == "auto (q4 or q8 on a CPU)"  # no draft model
     dlg.target_quant.setCurrentIndex(dlg.target_quant.findData("nf4+dq"))
     c = dlg.choice()
     assert (c.target_quant, c.double_quant) == ("nf4", True)

@@ -305,6 +305,23 @@ def resolve_quant(ref, quant: str, device: str = "auto", dtype: str = "auto") ->
         return "none"
 
 
+def resolve_draft_quant(ref, quant: str, target_quant: str, device: str = "auto",
+                        dtype: str = "auto") -> tuple[str, bool]:
+    """(quantization, follows) for draft ``ref`` beside a target loaded as ``target_quant`` (concrete): a distilled
+    draft (built on the target's embeddings, :func:`load_borrowing_draft`) follows its target whatever is asked (q4
+    with a q4 or q8 target, else none: the target's dtype), with ``follows`` true; any other draft is ``quant`` as
+    :func:`resolve_quant` makes it concrete."""
+    from specdesk.core.distill.draft import borrow_info
+
+    try:
+        distilled = borrow_info(resolve(ref)) is not None
+    except SpecdeskError:
+        distilled = False
+    if distilled:
+        return ("q4" if target_quant in OWN_QUANTS else "none"), True
+    return resolve_quant(ref, quant, device, dtype), False
+
+
 def quantization_config(quant: str, double_quant: bool, dtype):
     if quant not in QUANTS:
         raise BadSetting(f"unknown quantization {quant!r}: use one of {', '.join(QUANTS)}")

@@ -70,6 +70,7 @@ class ModelPickerDialog(QDialog):
         self.own_table = None  # phrases.OwnTable: the table `specdesk distill --phrases-only` made for the target
         self._current = current or LoadRequest()
         self._drafts_tag = 0
+        self._draft_autos: dict = {}  # draft name -> (what auto means for it, whether it follows the target)
         self.busy = False
 
         self.table = QTableWidget(0, len(self.COLUMNS))
@@ -220,11 +221,12 @@ class ModelPickerDialog(QDialog):
         self._add_draft_item("none (plain decoding)", NONE)
         self.candidates = []
         self.own_table = None
+        self._draft_autos = {}
         if target is None:
             return
         from specdesk.core import phrases
         from specdesk.core.discovery import drafts_for
-        from specdesk.core.loading import resolve_quant
+        from specdesk.core.loading import resolve_draft_quant, resolve_quant
 
         self._drafts_tag += 1
         tag = self._drafts_tag
@@ -232,9 +234,14 @@ class ModelPickerDialog(QDialog):
         device = self._current.device
         self.busy = True
         self.status.setText(f"Checking which models can draft for {display_name(target)}…")
-        run_task(lambda: (drafts_for(target, entries), phrases.own_table(target),
-                          resolve_quant(target, "auto", device)),
-                 lambda found: self._set_drafts(tag, *found), self._failed, owner=self)
+        def find():
+            candidates = drafts_for(target, entries)
+            auto = resolve_quant(target, "auto", device)
+            drafts = {c.entry.name: resolve_draft_quant(c.entry.name, "auto", auto, device)
+                      for c in candidates if c.compatible}
+            return candidates, phrases.own_table(target), auto, drafts
+
+        run_task(find, lambda found: self._set_drafts(tag, *found), self._failed, owner=self)
 
     def _add_draft_item(self, text: str, key: str, enabled: bool = True, tip: str = "",
                         row: int | None = None) -> QListWidgetItem:
@@ -250,13 +257,16 @@ class ModelPickerDialog(QDialog):
             self.draft_list.insertItem(row, item)
         return item
 
-    def _set_drafts(self, tag: int, candidates, own=None, auto: str | None = None) -> None:
+    def _set_drafts(self, tag: int, candidates, own=None, auto: str | None = None,
+                    draft_autos: dict | None = None) -> None:
         """``own``: the table `specdesk distill --phrases-only` made for the target (phrases.OwnTable), offered first
         and chosen where no model can draft for it. ``auto``: what quantization auto means for the target here
-        (loading.auto_quant), which the target's box then says."""
+        (loading.auto_quant), which the target's box then says; ``draft_autos``: the same for each usable draft, as
+        (quantization, follows its target) from loading.resolve_draft_quant, which the draft's box says."""
         if tag != self._drafts_tag:  # the user picked another target meanwhile
             return
         self.busy = False
+        self._draft_autos = dict(draft_autos or {})
         if auto is not None:
             i = self.target_quant.findData("auto")
             self.target_quant.setItemText(i, f"auto: {auto} for this model" if auto != "none" else
@@ -298,6 +308,13 @@ class ModelPickerDialog(QDialog):
     def _draft_changed(self, item, _prev=None) -> None:
         key = item.data(Qt.ItemDataRole.UserRole) if item is not None else NONE
         self.draft_quant.setEnabled(key not in (NGRAM, NONE, PHRASES))
+        auto, follows = self._draft_autos.get(key, (None, False))
+        text = QUANT_LABELS["auto"]  # not known yet, or no draft model
+        if follows:  # a distilled draft: whatever the box says (the engine says so for other choices)
+            text = f"auto: {auto} (follows the target)" if auto != "none" else "auto: as the target (follows it)"
+        elif auto is not None:
+            text = f"auto: {auto} for this draft" if auto != "none" else "auto: as stored for this draft"
+        self.draft_quant.setItemText(self.draft_quant.findData("auto"), text)
         self.why.setText({PHRASES: "A table of the phrases this model kept writing in its own replies proposes "
                                    "their continuation, with prompt lookup beside it: no draft model, a few MB of "
                                    "memory, output identical to the target alone.",
