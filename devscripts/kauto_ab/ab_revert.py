@@ -21,7 +21,7 @@ from specdesk.core.bench.runner import prompt_ids
 from specdesk.core.bench.suite import chat_suite, free_chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, side_by_side, taught  # noqa: E402
+from harness import Controllers, arm_runner, side_by_side, taught  # noqa: E402
 
 
 class Before(AdaptiveK):
@@ -53,15 +53,5 @@ def make(name: str) -> AdaptiveK:
 
 
 ctls = Controllers(make)
-
-
-def run(name: str, ids: list[int], seed: int):
-    kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
-    if name == "plain":
-        return e.generate(ids, drafter="none", **kw)
-    if name == "k=1":
-        return e.generate(ids, drafter=drafter, k=1, **kw)
-    return e.generate(ids, drafter=drafter, k="auto", controller=ctls.take(name), **kw)
-
-
-side_by_side(rounds, prompts, list(arms), run, lambda: ctls.renew(list(arms)), reference=["k=1"])
+side_by_side(rounds, prompts, list(arms), arm_runner(e, ctls, temperature, drafter),
+             lambda: ctls.renew(list(arms)), reference=["k=1"])

@@ -60,3 +60,16 @@ def taught(ctl, engine, temperature: float):
     if temperature == 0:
         ctl.learn_costs_from(engine._costs, draft=True)
     return ctl
+
+
+def arm_runner(engine, ctls: Controllers, temperature: float, drafter: str = "model") -> Callable:
+    """``run(name, ids, seed)`` for :func:`side_by_side`: "plain" decodes plainly, "k=N" drafts N tokens a step, any
+    other name is an arm: k=auto with that arm's controller (``ctls.take``); 96 new tokens."""
+    def run(name: str, ids: list[int], seed: int):
+        kw = dict(max_new_tokens=96, temperature=temperature, seed=seed)
+        if name == "plain":
+            return engine.generate(ids, drafter="none", **kw)
+        if name.startswith("k="):
+            return engine.generate(ids, drafter=drafter, k=int(name[2:]), **kw)
+        return engine.generate(ids, drafter=drafter, k="auto", controller=ctls.take(name), **kw)
+    return run
