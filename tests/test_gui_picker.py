@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from conftest import swapped_token_copy
+from test_gguf_smollm2 import smollm2_gguf  # noqa: F401 - the cached-download fixture
 
 
 @pytest.fixture()
@@ -93,3 +94,34 @@ def test_planner_use_this_applies_a_recommendation_to_the_picker(qtbot, odd_draf
     chosen = picker.choice()
     assert (chosen.target_quant, chosen.drafter, chosen.draft) == (req.target_quant, req.drafter, req.draft)
     assert chosen.double_quant == rec.target_quant.endswith("+dq")
+
+
+def test_the_draft_quantization_box_says_a_distilled_draft_follows_its_target(qtbot, tmp_path, monkeypatch,
+                                                                              smollm2_gguf):  # noqa: F811
+    """The bundled draft distilled for SmolLM2 follows its target's quantization whatever its own box says (the
+    engine: q4 beside a q4 or q8 target, else the target's dtype): the box's auto item says so, and follows the
+    target's box."""
+    from specdesk.core import userdirs
+    from specdesk.core.loading import bundled_models_dir
+    from specdesk.qt.model_picker import ModelPickerDialog
+    from specdesk.qt.worker import LoadRequest
+
+    monkeypatch.setenv("SPECDESK_CONFIG_DIR", str(tmp_path / "cfg"))
+    monkeypatch.setenv("SPECDESK_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    userdirs.add_folder(smollm2_gguf.parent)
+    draft = bundled_models_dir() / "smollm2-135m-instruct-draft"
+    dlg = ModelPickerDialog(current=LoadRequest(str(smollm2_gguf), str(draft), "model"))
+    qtbot.addWidget(dlg)
+    qtbot.waitUntil(lambda: not dlg.busy and bool(dlg.candidates), timeout=120_000)
+
+    def says(box):
+        return box.itemText(box.findData("auto"))
+
+    assert dlg.choice().draft is not None and "smollm2-135m-instruct-draft" in dlg.choice().draft
+    assert says(dlg.target_quant) == "auto: q4 for this model"
+    assert says(dlg.draft_quant) == "auto: q4 (follows the target)"
+    dlg.target_quant.setCurrentIndex(dlg.target_quant.findData("none"))
+    assert says(dlg.draft_quant) == "auto: as the target (follows it)"
+    dlg.target_quant.setCurrentIndex(dlg.target_quant.findData("q8"))
+    assert says(dlg.draft_quant) == "auto: q4 (follows the target)"

@@ -71,6 +71,7 @@ class ModelPickerDialog(QDialog):
         self._current = current or LoadRequest()
         self._drafts_tag = 0
         self._draft_autos: dict = {}  # draft name -> (what auto means for it, whether it follows the target)
+        self._target_auto: str | None = None  # what auto means for the target (loading.resolve_quant)
         self.busy = False
 
         self.table = QTableWidget(0, len(self.COLUMNS))
@@ -93,6 +94,7 @@ class ModelPickerDialog(QDialog):
         self.target_quant = _quant_box()
         self.draft_list = QListWidget()
         self.draft_list.currentItemChanged.connect(self._draft_changed)
+        self.target_quant.currentIndexChanged.connect(lambda _i: self._say_draft_auto())
         self.draft_quant = _quant_box()
         self.why = QLabel("")
         self.why.setWordWrap(True)
@@ -221,7 +223,7 @@ class ModelPickerDialog(QDialog):
         self._add_draft_item("none (plain decoding)", NONE)
         self.candidates = []
         self.own_table = None
-        self._draft_autos = {}
+        self._draft_autos, self._target_auto = {}, None
         if target is None:
             return
         from specdesk.core import phrases
@@ -234,6 +236,7 @@ class ModelPickerDialog(QDialog):
         device = self._current.device
         self.busy = True
         self.status.setText(f"Checking which models can draft for {display_name(target)}…")
+
         def find():
             candidates = drafts_for(target, entries)
             auto = resolve_quant(target, "auto", device)
@@ -266,7 +269,7 @@ class ModelPickerDialog(QDialog):
         if tag != self._drafts_tag:  # the user picked another target meanwhile
             return
         self.busy = False
-        self._draft_autos = dict(draft_autos or {})
+        self._draft_autos, self._target_auto = dict(draft_autos or {}), auto
         if auto is not None:
             i = self.target_quant.findData("auto")
             self.target_quant.setItemText(i, f"auto: {auto} for this model" if auto != "none" else
@@ -308,13 +311,7 @@ class ModelPickerDialog(QDialog):
     def _draft_changed(self, item, _prev=None) -> None:
         key = item.data(Qt.ItemDataRole.UserRole) if item is not None else NONE
         self.draft_quant.setEnabled(key not in (NGRAM, NONE, PHRASES))
-        auto, follows = self._draft_autos.get(key, (None, False))
-        text = QUANT_LABELS["auto"]  # not known yet, or no draft model
-        if follows:  # a distilled draft: whatever the box says (the engine says so for other choices)
-            text = f"auto: {auto} (follows the target)" if auto != "none" else "auto: as the target (follows it)"
-        elif auto is not None:
-            text = f"auto: {auto} for this draft" if auto != "none" else "auto: as stored for this draft"
-        self.draft_quant.setItemText(self.draft_quant.findData("auto"), text)
+        self._say_draft_auto(key)
         self.why.setText({PHRASES: "A table of the phrases this model kept writing in its own replies proposes "
                                    "their continuation, with prompt lookup beside it: no draft model, a few MB of "
                                    "memory, output identical to the target alone.",
@@ -323,6 +320,24 @@ class ModelPickerDialog(QDialog):
                           NONE: "Plain decoding: one target forward pass per token (the baseline)."}.get(
             key, "Same tokenizer as the target: its accepted guesses make the target emit several tokens per "
                  "forward pass, with output identical to the target alone."))
+
+    def _say_draft_auto(self, key: str | None = None) -> None:
+        """The draft quantization box's auto item says what auto means for the chosen draft: its own auto, or for a
+        distilled draft (which follows its target whatever the box says) what the target's quantization makes it."""
+        if key is None:
+            item = self.draft_list.currentItem()
+            key = item.data(Qt.ItemDataRole.UserRole) if item is not None else NONE
+        auto, follows = self._draft_autos.get(key, (None, False))
+        text = QUANT_LABELS["auto"]  # not known yet, or no draft model
+        if follows:
+            from specdesk.core.loading import OWN_QUANTS
+
+            tq = self.target_quant.currentData() or "auto"
+            tq = self._target_auto if tq == "auto" else tq.split("+")[0]
+            text = "auto: q4 (follows the target)" if tq in OWN_QUANTS else "auto: as the target (follows it)"
+        elif auto is not None:
+            text = f"auto: {auto} for this draft" if auto != "none" else "auto: as stored for this draft"
+        self.draft_quant.setItemText(self.draft_quant.findData("auto"), text)
 
     # ---------------------------------------------------------------- result
 
