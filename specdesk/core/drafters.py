@@ -81,14 +81,27 @@ class Drafter:
         starts with it (a draft model's KV cache) may be kept."""
 
 
+_EMPTY: dict[torch.device, torch.Tensor] = {}
+
+
+def _empty(device: torch.device) -> torch.Tensor:
+    """A (0,) int64 tensor on ``device``, made once: a step that drafts nothing (plain decoding, k=auto's plain steps,
+    prompt lookup without a match) made one after every pass, ~40 us on a 2-core AMD EPYC right after a q4 SmolLM2
+    pass had streamed its weights through the caches (1.8 us in a loop): ~0.8% of a plain step. Never written to."""
+    t = _EMPTY.get(device)
+    if t is None:
+        t = _EMPTY[device] = torch.empty(0, dtype=torch.long, device=device)
+    return t
+
+
 class NoDrafter(Drafter):
     name = "none"
 
     def __init__(self, device: torch.device) -> None:
-        self._empty = torch.empty(0, dtype=torch.long, device=device)
+        self.device = device
 
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
-        return Proposal(self._empty)
+        return Proposal(_empty(self.device))
 
 
 class NgramDrafter(Drafter):
@@ -108,7 +121,8 @@ class NgramDrafter(Drafter):
         return self.index.lookup(ids, k)
 
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
-        return Proposal(torch.tensor(self.lookup(ids, k), dtype=torch.long, device=self.device))
+        cont = self.lookup(ids, k)
+        return Proposal(torch.tensor(cont, dtype=torch.long, device=self.device) if cont else _empty(self.device))
 
 
 class ModelDrafter(Drafter):
@@ -229,7 +243,7 @@ class ModelDrafter(Drafter):
 
     def propose(self, ids, k, sampling, generator, keep=None, widths=()) -> Proposal:
         if k <= 0:
-            return Proposal(torch.empty(0, dtype=torch.long, device=self.device))
+            return Proposal(_empty(self.device))
         self.setup_s = 0.0
         widths = widths if sampling.greedy else ()
         by_ids = self.ids_path and self.device.type == "cpu"
