@@ -110,7 +110,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             target.settle_tree(len(tree.depths), chain_kept, leaf)
         else:
             if on_cpu:  # the tokens as ints (target.verify_ids): fewer tensor calls, each dear right after a pass
-                drafts = proposal.tokens.tolist() if m else []
+                drafts = proposal.id_list() if m else []
                 if sampling.greedy:  # the argmax from the pass's own call, no logits tensor (verify_top_ids)
                     top = target.verify_top_ids([ids[-1], *drafts])
                 else:  # the draws and the kernel's arguments made before the pass, the decision after it
