@@ -305,6 +305,13 @@ def resolve_quant(ref, quant: str, device: str = "auto", dtype: str = "auto") ->
         return "none"
 
 
+def follower_quant(target_quant: str) -> str:
+    """The quantization a distilled draft (or EAGLE head) takes beside a target loaded as ``target_quant``: it follows
+    the target whatever is asked for it, q4 beside a q4 or q8 target (:func:`load_borrowing_draft`), else none (the
+    target's dtype)."""
+    return "q4" if target_quant in OWN_QUANTS else "none"
+
+
 def resolve_draft_quant(ref, quant: str, target_quant: str, device: str = "auto",
                         dtype: str = "auto") -> tuple[str, bool]:
     """(quantization, follows) for draft ``ref`` beside a target loaded as ``target_quant`` (concrete): a distilled
@@ -318,7 +325,7 @@ def resolve_draft_quant(ref, quant: str, target_quant: str, device: str = "auto"
     except SpecdeskError:
         distilled = False
     if distilled:
-        return ("q4" if target_quant in OWN_QUANTS else "none"), True
+        return follower_quant(target_quant), True
     return resolve_quant(ref, quant, device, dtype), False
 
 
@@ -483,8 +490,8 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
     same = bool(theirs) and same_tokenizer_files(source, Path(theirs))
     tokenizer = target.tokenizer if same else load_tokenizer(source)
     model, head_ids = build_from_folder(source, target.model, model_name(ref, source), target.name)
-    quant, q4_params, q4_bytes = "none", 0, 0
-    if target.quant in OWN_QUANTS:
+    quant, q4_params, q4_bytes = follower_quant(target.quant), 0, 0
+    if quant == "q4":
         # a q4 (or q8) target's draft follows it: 4-bit layers cost half its drafting time (3.2 -> 1.6 ms per token for
         # SmolLM2's); its own reduced head takes 8 bits, as the target's does: with a 4-bit head the retrained
         # SmolLM2 draft agreed with the target on 0.435 of held-out tokens, 0.453 with 8 bits (float32: 0.473).
@@ -494,7 +501,6 @@ def load_borrowing_draft(ref: str, target: LoadedModel, progress=None) -> Loaded
         int4.quantize_model(model, head="none" if head_ids is None else "q8")
         if head_ids is not None and "lm_head.weight" in info["borrows"]:
             _share_head_rows(model, target.model, head_ids)
-        quant = "q4"
         q4_params, q4_bytes = int4.stored(model)
     own = [p for n, p in model.named_parameters() if n not in info["borrows"]]
     if head_ids is not None and quant == "none":  # the reduced head is the draft's own copy of the target's rows

@@ -330,11 +330,11 @@ class ModelPickerDialog(QDialog):
         auto, follows = self._draft_autos.get(key, (None, False))
         text = QUANT_LABELS["auto"]  # not known yet, or no draft model
         if follows:
-            from specdesk.core.loading import OWN_QUANTS
+            from specdesk.core.loading import follower_quant
 
             tq = self.target_quant.currentData() or "auto"
-            tq = self._target_auto if tq == "auto" else tq.split("+")[0]
-            text = "auto: q4 (follows the target)" if tq in OWN_QUANTS else "auto: as the target (follows it)"
+            q = follower_quant(self._target_auto if tq == "auto" else tq.split("+")[0])
+            text = f"auto: {q} (follows the target)" if q != "none" else "auto: as the target (follows it)"
         elif auto is not None:
             text = f"auto: {auto} for this draft" if auto != "none" else "auto: as stored for this draft"
         self.draft_quant.setItemText(self.draft_quant.findData("auto"), text)

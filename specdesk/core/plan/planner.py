@@ -28,7 +28,7 @@ from pathlib import Path
 from specdesk.core import phrases
 from specdesk.core.bnb_cpu import packable, packs_for_dtype
 from specdesk.core.errors import BadModel, BadSetting, SpecdeskError
-from specdesk.core.loading import cpu_only
+from specdesk.core.loading import cpu_only, follower_quant
 from specdesk.core.pairing import HYBRID, PHRASES, may_take_own_draft, resolve_drafter
 from specdesk.core.plan import history
 from specdesk.core.plan.memory import (DEFAULT_OVERHEADS, Overheads, WeightBytes, capacity, kv_cache_bytes,
@@ -220,10 +220,8 @@ class _Config:
             if self.cuda and spec.method in OWN:
                 raise cpu_only(spec.method)
         borrowing = self.draft is not None and self.draft.borrows
-        if t_q4 and borrowing:
-            self.draft_quant = QuantSpec("q4")  # a distilled draft or EAGLE head follows a q4/q8 target in q4 (loading)
-        elif borrowing:
-            self.draft_quant = QuantSpec("none")  # and otherwise takes no quantization of its own (loading)
+        if borrowing:  # a distilled draft or EAGLE head follows its target: q4 beside q4/q8, else none (loading)
+            self.draft_quant = QuantSpec(follower_quant(self.target_quant.method))
         # q4 and q8 compute in bfloat16 whatever the dtype; a distilled draft takes its target's dtype
         self.t_dtype = "bfloat16" if t_q4 else self.dtype
         self.d_dtype = "bfloat16" if self.draft_quant.method in OWN else self.t_dtype if borrowing else self.dtype
