@@ -44,8 +44,9 @@ def _quant_box() -> QComboBox:
     box.setToolTip("auto: on a CPU, q4 for a GGUF file of 4 bits a weight or fewer, q8 for one of 5 to 8 bits and "
                    "for a float llama, mistral or qwen2 model of 100 MB and more; else as stored. int8, nf4, fp4: "
                    "bitsandbytes quantization. q4: 4-bit groups of 32 through specdesk's CPU kernels, bfloat16 "
-                   "activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes). q8: 8-bit groups of 32 (GGUF Q8_0's layout) through the same kernels: near a float model's precision, "
-                   "several times faster than float32 on a CPU (a Q8_0 GGUF keeps its own codes)")
+                   "activations (CPU only; a Q4_1 GGUF keeps its own 4-bit codes). q8: 8-bit groups of 32 (GGUF "
+                   "Q8_0's layout) through the same kernels: near a float model's precision, several times faster "
+                   "than float32 on a CPU (a Q8_0 GGUF keeps its own codes)")
     return box
 
 
