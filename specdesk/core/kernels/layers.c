@@ -11,6 +11,24 @@
 
 #include "scalars.h"
 
+/* Built with -DSD_PROFILE (devscripts/host_limits.py only): seconds spent in each stage of the passes since the
+ * caller last zeroed sd_prof: 0 norm, 1 q/k/v product, 2 rotary + cache write, 3 attention, 4 output product,
+ * 5 residual add + norm, 6 gate/up product, 7 SwiGLU, 8 down product, 9 residual add, 10 final norm + head, 11 argmax. */
+#ifdef SD_PROFILE
+#include <time.h>
+double sd_prof[16];
+static double prof_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+#define PROF_START double prof_t = prof_now()
+#define TICK(i) do { const double t_ = prof_now(); sd_prof[i] += t_ - prof_t; prof_t = t_; } while (0)
+#else
+#define PROF_START do {} while (0)
+#define TICK(i) do {} while (0)
+#endif
+
 int sd_gemm(int kind, const uint16_t *x, int64_t M, int64_t K, const void *w, const uint16_t *s, int64_t N,
             uint16_t *y, int threads);
 void sd_rmsnorm(const uint16_t *x, int64_t n, int64_t h, const uint16_t *w, float eps, uint16_t *out);
@@ -73,22 +91,33 @@ int sd_forward(uint16_t *x, int64_t n, const sd_layer *layers, int64_t n_layers,
     for (int64_t l = 0; l < n_layers && rc == 0; l++) {
         const sd_layer *L = layers + l;
         const int64_t inter = L->gu.n / 2;
+        PROF_START;
         sd_rmsnorm(x, n, hidden, L->ln1, eps, h);
+        TICK(0);
         if (product(&L->qkv, h, n, hidden, wide, threads) != 0) rc = -1;
         if (rc) break;
+        TICK(1);
         sd_rope_kv(wide, n, hq, hk, hd, cos, sin_signed, q, L->kc, L->vc, head_stride, p0);
+        TICK(2);
         if (sd_attend(q, L->kc, L->vc, head_stride, n, hq, hk, hd, prefix, extra_off, extras, scale, att, threads))
             rc = -1;
+        TICK(3);
         if (rc || product(&L->o, att, n, heads, h, threads) != 0) rc = -1;
         if (rc) break;
+        TICK(4);
         add_into(x, h, n * hidden);
         sd_rmsnorm(x, n, hidden, L->ln2, eps, h);
+        TICK(5);
         if (product(&L->gu, h, n, hidden, wide, threads) != 0) rc = -1;
         if (rc) break;
+        TICK(6);
         sd_silu_mul(wide, n, inter, act);
+        TICK(7);
         if (product(&L->down, act, n, inter, h, threads) != 0) rc = -1;
         if (rc) break;
+        TICK(8);
         add_into(x, h, n * hidden);
+        TICK(9);
     }
     free(h), free(wide), free(q), free(att), free(act);
     return rc;
@@ -136,11 +165,13 @@ int sd_forward_ids(const int64_t *ids, int64_t n, const sd_ends *ends, int every
         rc = sd_forward(x, n, layers, n_layers, hidden, hq, hk, hd, cos, sin_signed, head_stride, p0, prefix,
                         extra_off, extras, scale, eps, threads);
     }
+    PROF_START;
     if (rc == 0) {
         sd_rmsnorm(x + (n - rows) * hidden, rows, hidden, ends->norm, eps, h);
         rc = sd_gemm_map((int)ends->head.kind, h, rows, hidden, ends->head.w, ends->head.s, v, y, v, ends->map,
                          threads);
     }
+    TICK(10);
     if (rc == 0 && top)
         for (int64_t r = 0; r < rows; r++) {
             sd_argmax_bf16(y + r * v, 1, limit, top + r);
@@ -149,6 +180,7 @@ int sd_forward_ids(const int64_t *ids, int64_t n, const sd_ends *ends, int every
                 top_p[r] = probs[top[r]];
             }
         }
+    TICK(11);
     if (y != logits) free(y);
     free(x), free(h), free(probs);
     return rc;
