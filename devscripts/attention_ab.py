@@ -1,4 +1,4 @@
-"""The attention kernel of two builds side by side (the eighteenth sitting's README figures):
+"""The attention kernel of two builds side by side (the eighteenth sitting's figures in docs/draft-notebook.md):
 
     python devscripts/attention_ab.py REV      # attention.c at git revision REV against the working tree's
 

@@ -1,5 +1,5 @@
 """A GGUF's conversion with `models/convert.py` at a git revision against the working tree's (the nineteenth sitting's
-README figures):
+figures in docs/draft-notebook.md):
 
     python devscripts/convert_ab.py REV [GGUF] [--rounds 2]
 

@@ -1,4 +1,4 @@
-"""Would verifying the first drafted token only where the draft is confident pay? The README's "What an extra verified
+"""Would verifying the first drafted token only where the draft is confident pay? docs/draft-notebook.md's "What an extra verified
 position costs" figures:
 
     python devscripts/draft_confidence.py [--gguf PATH] [--pass-ms 5.2] [--extra-ms 1.6] [--draft-ms 0.73]

@@ -1,4 +1,4 @@
-"""What bounds a speculative step on this CPU: the README's "What an extra verified position costs" figures.
+"""What bounds a speculative step on this CPU: docs/draft-notebook.md's "What an extra verified position costs" figures.
 
     python devscripts/host_limits.py [--gguf PATH] [--quant q4] [--positions 1,2,3,4] [--rounds 60] [--json OUT]
 

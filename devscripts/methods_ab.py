@@ -8,7 +8,7 @@ held-out chat prompts (``chat_suite``), 96 new tokens, seed = the prompt's index
 the draft at k=1, 2, 3 and k=auto, draft+lookup k=auto) the pooled decode rate and a hash of the tokens (equal
 hashes across checkouts: the same output). Run the two checkouts in turn, several times (old, new, new, old, ...):
 these 2-core hosts' speed moves by 1.5x within minutes. Written in the twenty-fifth sitting; kept in the
-twenty-sixth (AVX2 SwiGLU and softmax: `README.md`).
+twenty-sixth (AVX2 SwiGLU and softmax: `docs/draft-notebook.md`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A GGUF's q4 load with specdesk at a git revision against the working tree's (the twentieth sitting's README
+"""A GGUF's q4 load with specdesk at a git revision against the working tree's (the twentieth sitting's notebook
 figures: the q4 form stored as codes against the float32 conversion quantized at every load):
 
     python devscripts/q4load_ab.py REV [GGUF] [--rounds 2]

@@ -7,7 +7,7 @@ next-token distributions (nats a token, float32's against the quantized one's):
 TARGET: a float folder or GGUF file (loaded as float32 for the reference); QUANTS: comma-separated, default q4,q8.
 The held-out chat prompts of the bench (``chat_suite``) through the target's chat template; every model runs its
 Hugging Face forward over whole sequences (not the lean decoder), on the CPU. Written in the twenty-seventh sitting
-(q8: `README.md`), where SmolLM2-135M-Instruct's Q4_1 weights gave q4 0.976 (KL 0.0033) and q8 0.966 (0.0043) over
+(q8: `docs/draft-notebook.md`), where SmolLM2-135M-Instruct's Q4_1 weights gave q4 0.976 (KL 0.0033) and q8 0.966 (0.0043) over
 8 prompts and 64 tokens.
 """
 

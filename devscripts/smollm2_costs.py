@@ -1,4 +1,4 @@
-"""The SmolLM2 figures of the README's "Sibling trees, then few-row products" section, three measurements in one:
+"""The SmolLM2 figures of docs/draft-notebook.md's "Sibling trees, then few-row products" section, three measurements in one:
 
     python devscripts/smollm2_costs.py passes [--gguf PATH]     # forward pass over 1/5/9 positions, F.linear vs w @ x.T
     python devscripts/smollm2_costs.py trees --held-out DIR/.distill/data/held-out.pt

@@ -1,7 +1,7 @@
 """k=auto's pass-size costs, the old rule (raise each size to the largest below it) against the new one (a size takes
 the lowest figure at or above it, AdaptiveK._monotone), side by side in one process: each arm its own lesson and
 controllers, both k=auto with the draft model and with draft+lookup, plus plain decoding and k=3 per prompt; per
-round tokens/s over plain's, then the means. What the README's "A pass size priced above a larger one" figures came
+round tokens/s over plain's, then the means. What docs/draft-notebook.md's "A pass size priced above a larger one" figures came
 from (2-core AMD EPYC):
 
     python devscripts/kauto_ab/ab_mono.py demo 6                  # demo pair: completion, editing, prose prompts

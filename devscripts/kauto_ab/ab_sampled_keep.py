@@ -8,7 +8,7 @@ log-odds) against a variant, side by side in one process on SmolLM2 q4 with its 
 
     python devscripts/kauto_ab/ab_sampled_keep.py PATH/SmolLM2-135M-Instruct.Q4_1.gguf 12 noconf|confonly
 
-(the README's docs/ab-sampled-confidence-s12-amd.log is the noconf run, docs/ab-sampled-confonly-s12-amd.log the
+(docs/draft-notebook.md's docs/ab-sampled-confidence-s12-amd.log is the noconf run, docs/ab-sampled-confonly-s12-amd.log the
 confonly one; the arms were named conf/noconf and shipped/confonly there).
 """
 

@@ -1,6 +1,6 @@
 """k=auto's speed factor (AdaptiveK.SPEED_RATE) on against held at 1, side by side in one process on SmolLM2 q4 with
 its draft (the bench's 8 chat prompts, 96 tokens): per round tokens/s over plain's for each arm's k=auto with the draft
-model and with draft+lookup, then the means. The README's quiet-machine figures ("k=auto follows the machine's
+model and with draft+lookup, then the means. docs/draft-notebook.md's quiet-machine figures ("k=auto follows the machine's
 speed", 12 rounds, 2-core AMD EPYC):
 
     python devscripts/kauto_ab/ab_speed.py PATH/SmolLM2-135M-Instruct.Q4_1.gguf 12

@@ -1,5 +1,5 @@
 """As ab_speed.py, with a busy loop (another process spinning on a core) during rounds 2-3 of 10; the means are of the
-6 rounds after it. The README's "after 2 rounds beside a busy loop" figures (2-core AMD EPYC):
+6 rounds after it. docs/draft-notebook.md's "after 2 rounds beside a busy loop" figures (2-core AMD EPYC):
 
     python devscripts/kauto_ab/ab_speed_hog.py PATH/SmolLM2-135M-Instruct.Q4_1.gguf 0
 """

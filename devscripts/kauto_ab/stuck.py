@@ -1,6 +1,6 @@
 """The draft+lookup k=auto controller's pass costs (1-5 positions), draft cost, acceptance and speed factor after each
 phase: 8 chat prompts quiet, twice beside a busy loop, three times quiet again (SmolLM2 q4 with its draft). Run before
-the speed factor, its plain-pass cost stayed at 19.8 ms after the busy phases (the README's figure); with it, 3.8-3.9:
+the speed factor, its plain-pass cost stayed at 19.8 ms after the busy phases (docs/draft-notebook.md's figure); with it, 3.8-3.9:
 
     python devscripts/kauto_ab/stuck.py PATH/SmolLM2-135M-Instruct.Q4_1.gguf
 """

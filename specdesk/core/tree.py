@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     import torch
 
 MAX_WIDTH = 8
-SUGGESTED = (4, 2)  # the shape measured on SmolLM2-135M (README, "Sibling trees"): bench's tree rows, the app's choice
+# the shape measured on SmolLM2-135M (docs/draft-notebook.md, "Sibling trees"): bench's tree rows, the app's choice
+SUGGESTED = (4, 2)
 
 
 def parse_widths(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
