@@ -1,5 +1,5 @@
-"""Would verifying the first drafted token only where the draft is confident pay? docs/draft-notebook.md's "What an extra verified
-position costs" figures:
+"""Would verifying the first drafted token only where the draft is confident pay? The figures of
+docs/draft-notebook.md's "What an extra verified position costs":
 
     python devscripts/draft_confidence.py [--gguf PATH] [--pass-ms 5.2] [--extra-ms 1.6] [--draft-ms 0.73]
 

@@ -13,7 +13,8 @@
 
 /* Built with -DSD_PROFILE (devscripts/host_limits.py only): seconds spent in each stage of the passes since the
  * caller last zeroed sd_prof: 0 norm, 1 q/k/v product, 2 rotary + cache write, 3 attention, 4 output product,
- * 5 residual add + norm, 6 gate/up product, 7 SwiGLU, 8 down product, 9 residual add, 10 final norm + head, 11 argmax. */
+ * 5 residual add + norm, 6 gate/up product, 7 SwiGLU, 8 down product, 9 residual add, 10 final norm + head,
+ * 11 argmax. */
 #ifdef SD_PROFILE
 #include <time.h>
 double sd_prof[16];
