@@ -594,6 +594,9 @@ class GeneralCheck:
     scratch = None
 
     def __init__(self, sampling, p_draft, tokens, generator, vocab, ids=None, pos=None, scratch=None):
+        # the decode loop hands the drafted tokens and their columns over as ints (SampledCheck takes either)
+        tokens = torch.tensor(tokens, dtype=torch.long) if isinstance(tokens, list) else tokens
+        pos = torch.tensor(pos, dtype=torch.long) if isinstance(pos, list) else pos
         self.args = sampling, p_draft, tokens, generator, ids, pos
 
     def decide(self, logits):
@@ -665,6 +668,51 @@ def test_a_greedy_drafts_tokens_are_the_same_fed_as_ints_or_as_tensors(q4_pair, 
     assert out[True][2] == pytest.approx(out[False][2], rel=1e-2)  # torch's softmax in bfloat16 there
 
 
+def _reduced_draft(target, models_dir, rows: int = 300):
+    """A distilled draft of the q4 pair's target with a reduced head (``rows`` of its tokens), built once. 300 rows
+    are no multiple of 16: its head stays out of the layers' call; 320 go in it (LeanDecoder._ends)."""
+    from specdesk.core.distill.draft import build_draft, save_draft
+
+    draft = models_dir / ("sampled-reduced-draft" if rows == 300 else f"sampled-reduced-draft-{rows}")
+    if not draft.exists():
+        loaded = load_model(str(target), device="cpu")
+        ids = torch.randperm(4096, generator=torch.Generator().manual_seed(2))[:rows]
+        save_draft(build_draft(loaded.model, 1, ids), draft, loaded, head_ids=ids, target_sha256="0" * 64,
+                   target_source=target)
+    return draft
+
+
+def test_a_sampled_chain_on_the_cpu_makes_no_tensor_for_its_tokens_and_reuses_its_logits_row(q4_pair, models_dir):
+    """The draft's sampled chain as ints hands over its tokens and their head columns as ints (drafters.IdProposal:
+    the tensors are made only where something reads them; each cost ~40-70 us right after a target pass), and each
+    drafted token's logits land in one row the draft's decoder keeps (LeanDecoder.forward_ids(reuse=True)), with the
+    values a new tensor gets."""
+    from specdesk.core.drafters import IdProposal
+    from specdesk.core.sampling import SamplingConfig, make_generator
+
+    engine = specdesk.load(str(q4_pair[0]), str(_reduced_draft(q4_pair[0], models_dir, 320)), device="cpu",
+                           target_quant="q4", drafter="model")
+    dr = engine._model_drafter
+    ids = engine.encode(PROMPTS[0])
+    dr.start(ids[:-1], 200)
+    prop = dr.propose(ids, 3, SamplingConfig(temperature=0.8), make_generator(torch.device("cpu"), 3))
+    assert isinstance(prop, IdProposal) and "tokens" not in vars(prop) and prop._prob_pos is None
+    pos = prop.pos_list()
+    assert len(pos) == len(prop) == 3 and [int(dr.head_ids[c]) for c in pos] == prop.id_list()
+    assert prop.prob_pos.tolist() == pos and prop.tokens.tolist() == prop.id_list()  # made when read
+    assert tuple(prop.probs.shape) == (3, 320)
+    dec = dr.seq.decoder
+    assert dec._ends is not None  # the head in the layers' call: where the row is kept
+    n = dec.length
+    a = dec.forward_ids([ids[-1]], reuse=True)
+    first = a.clone()
+    dec.crop(n)
+    b = dec.forward_ids([ids[-1]], reuse=True)
+    dec.crop(n)
+    c = dec.forward_ids([ids[-1]])
+    assert b is a and c is not a and torch.equal(first, c)
+
+
 @pytest.mark.parametrize("head", ["wide", "reduced"])
 def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_pair, models_dir, head, march,
                                                                              monkeypatch):
@@ -677,14 +725,7 @@ def test_sampled_replies_are_the_same_draw_for_draw_through_ints_or_tensors(q4_p
 
     target, draft = q4_pair
     if head == "reduced":
-        from specdesk.core.distill.draft import build_draft, save_draft
-
-        loaded = load_model(str(target), device="cpu")
-        ids = torch.randperm(4096, generator=torch.Generator().manual_seed(2))[:300]
-        draft = models_dir / "sampled-reduced-draft"
-        if not draft.exists():
-            save_draft(build_draft(loaded.model, 1, ids), draft, loaded, head_ids=ids, target_sha256="0" * 64,
-                       target_source=target)
+        draft = _reduced_draft(target, models_dir)
     engine = specdesk.load(str(target), str(draft), device="cpu", target_quant="q4")
     assert (engine._model_drafter.head_ids is not None) == (head == "reduced")
 

@@ -239,16 +239,18 @@ class SampledCheck:
     comparisons, without the (k+1, V) distributions made first (a row after the first rejection is never computed)
     or the tensor calls around them (a k=0 or k=1 verification after a pass on a 2-core AMD EPYC: 0.24 ms, ~0.05
     of it the kernel); else process_logits and verify_sampled with the draws made ahead.
-    ``scratch``: (2, V) float32 to reuse across steps (the row drawn from, the residual), or None."""
+    ``scratch``: (2, V) float32 to reuse across steps (the row drawn from, the residual), or None. ``draft_tokens``
+    and ``draft_pos`` as tensors or as ints (the decode loop's: no tensor made for the kernel's call)."""
 
-    def __init__(self, sampling: SamplingConfig, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor,
+    def __init__(self, sampling: SamplingConfig, p_draft: torch.Tensor | None, draft_tokens: torch.Tensor | list[int],
                  generator: torch.Generator | None, vocab: int, draft_ids: torch.Tensor | None = None,
-                 draft_pos: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> None:
-        self.sampling, self.p_draft, self.draft_tokens = sampling, p_draft, draft_tokens
-        self.draft_ids, self.draft_pos, self.scratch = draft_ids, draft_pos, scratch
-        k = draft_tokens.shape[0]
+                 draft_pos: torch.Tensor | list[int] | None = None, scratch: torch.Tensor | None = None) -> None:
+        self.sampling, self.p_draft = sampling, p_draft
+        self.draft_ids, self.scratch = draft_ids, scratch
+        self.tokens = draft_tokens if isinstance(draft_tokens, list) else draft_tokens.tolist()
+        self._pos = draft_pos
+        k = len(self.tokens)
         self.draws = DrawnAhead(generator, k)
-        self.tokens = draft_tokens.tolist()
         self._call = None
         lib = kernels.library() if sampling.one_call else None
         fits = (p_draft is None or (p_draft.dtype == torch.float32 and p_draft.is_contiguous())) and (
@@ -258,7 +260,7 @@ class SampledCheck:
             return
         if scratch is None or scratch.shape != (2, vocab) or scratch.dtype != torch.float32:
             self.scratch = scratch = torch.empty(2, vocab, dtype=torch.float32)
-        cols = self.tokens if draft_pos is None else draft_pos.tolist()
+        cols = self.tokens if draft_pos is None else draft_pos if isinstance(draft_pos, list) else draft_pos.tolist()
         self._next = ctypes.c_int64()
         self._call = (lib.sd_verify_sampled, k, vocab, 1.0 / sampling.temperature, sampling.top_k, sampling.top_p,
                       (ctypes.c_int64 * (k + 1))(*self.tokens), None if p_draft is None else p_draft.data_ptr(),
@@ -271,8 +273,10 @@ class SampledCheck:
         """(accepted, emitted tokens) for the target's logits (k+1, V), as verify_sampled gives them."""
         call = self._call
         if call is None or logits.dtype != torch.bfloat16 or not logits.is_contiguous() or call[2] != logits.shape[-1]:
-            return verify_sampled(process_logits(logits, self.sampling), self.p_draft, self.draft_tokens, None,
-                                  self.draws, draft_ids=self.draft_ids, draft_pos=self.draft_pos)
+            pos = self._pos if self._pos is None or isinstance(self._pos, torch.Tensor) else torch.tensor(self._pos)
+            return verify_sampled(process_logits(logits, self.sampling), self.p_draft,
+                                  torch.tensor(self.tokens, dtype=torch.long), None, self.draws,
+                                  draft_ids=self.draft_ids, draft_pos=pos)
         n = call[0](logits.data_ptr(), *call[1:])
         if n < 0:
             raise MemoryError("out of memory in the sampling kernel")

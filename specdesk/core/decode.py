@@ -114,8 +114,8 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
                 if sampling.greedy:  # the argmax from the pass's own call, no logits tensor (verify_top_ids)
                     top = target.verify_top_ids([ids[-1], *drafts])
                 else:  # the draws and the kernel's arguments made before the pass, the decision after it
-                    check = SampledCheck(sampling, proposal.probs, proposal.tokens, generator, target.vocab,
-                                         proposal.prob_ids, proposal.prob_pos, scratch)
+                    check = SampledCheck(sampling, proposal.probs, drafts, generator, target.vocab,
+                                         proposal.prob_ids, proposal.pos_list() if m else None, scratch)
                     scratch = check.scratch
                     logits = target.verify_ids([ids[-1], *drafts])  # (m+1, V)
             else:

@@ -51,19 +51,25 @@ class Proposal:
         """The proposed tokens as ints (what a CPU pass takes: target.verify_top_ids)."""
         return self.tokens.tolist()
 
+    def pos_list(self) -> list[int] | None:
+        """``prob_pos`` as ints, or None (acceptance.SampledCheck takes them so)."""
+        return None if self.prob_pos is None else self.prob_pos.tolist()
+
 
 class IdProposal(Proposal):
-    """A proposal whose tokens were made as ints (a greedy chain on the CPU, prompt lookup's continuation): the
-    tensor ``tokens`` is made only when something reads it (a GPU pass, a sampled check, a caller of propose). Made
-    at every drafted step, it cost ~70 us on the Zen 3 (torch's call right after a pass), and the CPU's greedy
-    verification turned it back into ints: ~1.2% of a q4 SmolLM2 step at k=1."""
+    """A proposal whose tokens were made as ints (a greedy chain on the CPU, prompt lookup's continuation, a sampled
+    chain on the CPU): the tensor ``tokens`` (and a reduced head's ``prob_pos``, from ``pos``) is made only when
+    something reads it (a GPU pass, a caller of propose). Made at every drafted step, each cost ~70 us on the Zen 3
+    (torch's call right after a pass), and the CPU's verification turned them back into ints: ~1.2% of a q4 SmolLM2
+    step at k=1."""
 
     def __init__(self, ids: list[int], device: torch.device, confidences: tuple[float, ...] = (),
-                 setup_s: float = 0.0, free: bool = False, phrases: bool = False) -> None:
+                 setup_s: float = 0.0, free: bool = False, phrases: bool = False, probs: torch.Tensor | None = None,
+                 prob_ids: torch.Tensor | None = None, pos: list[int] | None = None) -> None:
         # not the dataclass's __init__: no tokens until asked for (__getattr__)
-        self.ids, self._device = ids, device
-        self.probs, self.confidences, self.free, self.phrases = None, confidences, free, phrases
-        self.leaves, self.setup_s, self.prob_ids, self.prob_pos = (), setup_s, None, None
+        self.ids, self._device, self._pos, self._prob_pos = ids, device, pos, None
+        self.probs, self.confidences, self.free, self.phrases = probs, confidences, free, phrases
+        self.leaves, self.setup_s, self.prob_ids = (), setup_s, prob_ids
 
     def __getattr__(self, name: str):
         if name != "tokens":
@@ -71,11 +77,25 @@ class IdProposal(Proposal):
         self.tokens = torch.tensor(self.ids, dtype=torch.long, device=self._device)
         return self.tokens
 
+    @property
+    def prob_pos(self) -> torch.Tensor | None:  # a property: Proposal's default (None) would answer __getattr__'s call
+        if self._prob_pos is None and self._pos is not None:
+            self._prob_pos = torch.tensor(self._pos, dtype=torch.long)
+        return self._prob_pos
+
+    @prob_pos.setter
+    def prob_pos(self, value: torch.Tensor | None) -> None:
+        self._prob_pos, self._pos = value, None if value is None else value.tolist()
+
     def __len__(self) -> int:
         return len(self.ids)
 
     def id_list(self) -> list[int]:
         return self.ids
+
+    def pos_list(self) -> list[int] | None:
+        return self._pos
+
 
 
 KeepDrafting = Callable[[int, float, int], bool]  # (tokens drafted so far, the last one's probability, the
@@ -244,9 +264,10 @@ class ModelDrafter(Drafter):
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
         return self._forward(tok)
 
-    def _forward_ids(self, ids: list[int]) -> torch.Tensor:
-        """As :meth:`_forward` for ids given as ints (sequence.feed_ids)."""
-        logits = self.seq.feed_ids(ids)
+    def _forward_ids(self, ids: list[int], reuse: bool = False) -> torch.Tensor:
+        """As :meth:`_forward` for ids given as ints (sequence.feed_ids; ``reuse``: into a buffer the next such call
+        overwrites)."""
+        logits = self.seq.feed_ids(ids, reuse=reuse)
         return logits if logits.shape[-1] == self.vocab else logits[: self.vocab]
 
     def _propose_greedy(self, ids: list[int], k: int, keep: KeepDrafting | None) -> Proposal:
@@ -320,15 +341,18 @@ class ModelDrafter(Drafter):
             return Proposal(out, confidences=conf, leaves=tuple(leaves[: len(tokens)]), setup_s=self.setup_s)
         return self._sampled(out, torch.stack(probs), conf, torch.cat(cols) if cols else None)
 
-    def _sampled(self, tokens: torch.Tensor, p: torch.Tensor, conf: tuple[float, ...],
-                 cols: torch.Tensor | None) -> Proposal:
+    def _sampled(self, tokens: torch.Tensor | list[int], p: torch.Tensor, conf: tuple[float, ...],
+                 cols: torch.Tensor | list[int] | None) -> Proposal:
         """A sampled chain's proposal: p (m, vocab) its distributions, or (m, H) over a reduced head's tokens with
-        ``cols`` (m,) each drafted token's column (verify_sampled reads them where they are)."""
-        if self.head_ids is not None:
-            return Proposal(tokens, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=cols)
-        if self.target_vocab > self.vocab:
-            p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
-        return Proposal(tokens, p, conf, setup_s=self.setup_s)
+        ``cols`` (m,) each drafted token's column (verify_sampled reads them where they are). ``tokens`` and ``cols``
+        as ints (the CPU's chain): an IdProposal, whose tensors are made only if something reads them."""
+        if self.head_ids is None:
+            cols = None
+            if self.target_vocab > self.vocab:
+                p = torch.nn.functional.pad(p, (0, self.target_vocab - self.vocab))
+        if isinstance(tokens, list):
+            return IdProposal(tokens, self.device, conf, self.setup_s, probs=p, prob_ids=self.head_ids, pos=cols)
+        return Proposal(tokens, p, conf, setup_s=self.setup_s, prob_ids=self.head_ids, prob_pos=cols)
 
     def _propose_sampled(self, ids: list[int], k: int, sampling, generator, keep: KeepDrafting | None) -> Proposal:
         """A sampled chain with the tokens as ints: per drafted token the forward, the uniform draw_one would draw, then
@@ -343,7 +367,7 @@ class ModelDrafter(Drafter):
         cols: list[int] = []
         confidences: list[float] = []
         for i in range(k):
-            logits = self._forward_ids(feed)
+            logits = self._forward_ids(feed, reuse=True)  # read at once, by the draw below
             u = torch.rand(1, 1, generator=generator, device=self.device, dtype=torch.float32)
             at = kernels.softmax_draw(logits, sampling.temperature, float(u), base + 4 * v * i, sampling.top_k,
                                       sampling.top_p)
@@ -360,8 +384,7 @@ class ModelDrafter(Drafter):
                     break
             feed = [tok]
         m = len(tokens)
-        return self._sampled(torch.tensor(tokens, dtype=torch.long), probs[:m], tuple(confidences),
-                             torch.tensor(cols, dtype=torch.long))
+        return self._sampled(tokens, probs if m == k else probs[:m], tuple(confidences), cols)
 
     def commit(self, valid_len: int) -> None:
         if self._pending is None:  # not started: nothing read, nothing to forget

@@ -246,6 +246,7 @@ class LeanDecoder:
         # that call too (layers.c's sd_forward_ids)
         self._ends = _ends(lib, model, self.embed, self.final_norm) if self._fast_ids else None
         self._head_n = model.lm_head.out_features
+        self._reused: torch.Tensor | None = None  # forward_ids(reuse=True)'s logits
         if few_rows is None:  # measured on this decoder's own (still empty) buffers, once per model
             self.few_rows = fewrows.rows_for(model, self)
 
@@ -289,16 +290,23 @@ class LeanDecoder:
         return self.forward_embeds(self.embed[ids], every)
 
     @torch.inference_mode()
-    def forward_ids(self, ids: list[int], every: bool = False) -> torch.Tensor:
+    def forward_ids(self, ids: list[int], every: bool = False, reuse: bool = False) -> torch.Tensor:
         """As :meth:`forward` for token ids given as ints: the decode loop's steps (a drafted token, a verify's
         k + 1 positions). With the layers in one call, the same kernel calls on the same values (so the same bits)
         with the few tensor operations around them cut down: after a target pass has pushed the interpreter's and
         torch's own code and data out of the CPU's caches, each costs ~10-20 us (q4 SmolLM2 on a 2-core AMD EPYC:
-        ~0.07 ms of a draft forward's ~0.35 went to the work around its kernels)."""
+        ~0.07 ms of a draft forward's ~0.35 went to the work around its kernels). ``reuse`` (the last position's
+        logits only): they land in one buffer the decoder keeps, overwritten by the next such call (a sampled draft
+        reads each row at once; a new tensor cost ~40 us a drafted token right after a target pass)."""
         if not self._fast_ids or self.hidden is not None:
             return self.forward(torch.tensor(ids, dtype=torch.long, device=self.embed.device), every)
         if self._ends is not None:
-            logits = torch.empty((len(ids), self._head_n) if every else (self._head_n,), dtype=torch.bfloat16)
+            if reuse and not every:
+                if self._reused is None:
+                    self._reused = torch.empty((self._head_n,), dtype=torch.bfloat16)
+                logits = self._reused
+            else:
+                logits = torch.empty((len(ids), self._head_n) if every else (self._head_n,), dtype=torch.bfloat16)
             self._whole_pass(ids, every, self._head_n, logits.data_ptr(), None, None)
             return logits
         p0, prefix, offsets = self._step_plan(len(ids))

@@ -115,10 +115,11 @@ class ModelSequence:
         return out.logits[0] if every else out.logits[0, -1]
 
     @torch.inference_mode()
-    def feed_ids(self, ids: list[int], every: bool = False) -> torch.Tensor:
-        """As :meth:`feed` for token ids given as ints (the decode loop's steps; see LeanDecoder.forward_ids)."""
+    def feed_ids(self, ids: list[int], every: bool = False, reuse: bool = False) -> torch.Tensor:
+        """As :meth:`feed` for token ids given as ints (the decode loop's steps; see LeanDecoder.forward_ids, and its
+        ``reuse``: the logits may be a buffer the next call overwrites)."""
         if self.decoder is not None:
-            return self.decoder.forward_ids(ids, every)
+            return self.decoder.forward_ids(ids, every, reuse)
         return self.feed(torch.tensor(ids, dtype=torch.long, device=self.device), every)
 
     @torch.inference_mode()
