@@ -97,7 +97,6 @@ class IdProposal(Proposal):
         return self._pos
 
 
-
 KeepDrafting = Callable[[int, float, int], bool]  # (tokens drafted so far, the last one's probability, the
 # last token) -> go on?
 
