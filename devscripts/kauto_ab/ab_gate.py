@@ -13,13 +13,10 @@ before,shipped; "shipped2", a second shipped controller, measures what two ident
 import sys
 from pathlib import Path
 
-import specdesk
 from specdesk.core.adaptive import AdaptiveK
-from specdesk.core.bench.runner import prompt_ids
-from specdesk.core.bench.suite import chat_suite, free_chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, arm_runner, side_by_side, taught  # noqa: E402
+from harness import Controllers, arm_runner, engine_and_prompts, side_by_side, taught  # noqa: E402
 
 
 class Before(AdaptiveK):
@@ -31,11 +28,7 @@ target, draft, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 quant = sys.argv[4] if len(sys.argv) > 4 else "auto"
 drafter = sys.argv[5] if len(sys.argv) > 5 else "model"
 suite = sys.argv[6] if len(sys.argv) > 6 else "both"
-e = specdesk.load(target, draft, drafter="model", device="cpu", target_quant=quant)
-e.reuse_cache = False
-e.warm_up()
-texts = (chat_suite(8) if suite != "free" else []) + (free_chat_suite(8) if suite != "chat" else [])
-prompts = [prompt_ids(e, p) for p in texts]
+e, prompts = engine_and_prompts(target, draft, quant, suite)
 arms = {"before": Before, "shipped": AdaptiveK, "shipped2": AdaptiveK}
 arms = {name: arms[name] for name in (sys.argv[7] if len(sys.argv) > 7 else "before,shipped").split(",")}
 dropped = {"n": 0, "steps": 0}

@@ -15,13 +15,10 @@ before,shipped,revert4).
 import sys
 from pathlib import Path
 
-import specdesk
 from specdesk.core.adaptive import AdaptiveK
-from specdesk.core.bench.runner import prompt_ids
-from specdesk.core.bench.suite import chat_suite, free_chat_suite
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Controllers, arm_runner, side_by_side, taught  # noqa: E402
+from harness import Controllers, arm_runner, engine_and_prompts, side_by_side, taught  # noqa: E402
 
 
 class Before(AdaptiveK):
@@ -38,11 +35,7 @@ quant = sys.argv[5] if len(sys.argv) > 5 else "auto"
 drafter = sys.argv[6] if len(sys.argv) > 6 else "model"
 suite = sys.argv[7] if len(sys.argv) > 7 else "both"
 temperature, rounds = float(temperature), int(rounds)
-e = specdesk.load(target, draft, drafter="model", device="cpu", target_quant=quant)
-e.reuse_cache = False
-e.warm_up()
-texts = (chat_suite(8) if suite != "free" else []) + (free_chat_suite(8) if suite != "chat" else [])
-prompts = [prompt_ids(e, p) for p in texts]
+e, prompts = engine_and_prompts(target, draft, quant, suite)
 arms = {"before": Before, "shipped": AdaptiveK, "revert4": Faster}
 if len(sys.argv) > 8:
     arms = {name: arms[name] for name in sys.argv[8].split(",")}

@@ -73,3 +73,17 @@ def arm_runner(engine, ctls: Controllers, temperature: float, drafter: str = "mo
             return engine.generate(ids, drafter=drafter, k=int(name[2:]), **kw)
         return engine.generate(ids, drafter=drafter, k="auto", controller=ctls.take(name), **kw)
     return run
+
+
+def engine_and_prompts(target: str, draft: str, quant: str, suite: str):
+    """The engine (warmed up, no cache kept between replies) and the bench's chat prompts as ids: its 8 held-out chat
+    prompts and its 8 hand-written ones (suite "both"), or either ("chat", "free")."""
+    import specdesk
+    from specdesk.core.bench.runner import prompt_ids
+    from specdesk.core.bench.suite import chat_suite, free_chat_suite
+
+    e = specdesk.load(target, draft, drafter="model", device="cpu", target_quant=quant)
+    e.reuse_cache = False
+    e.warm_up()
+    texts = (chat_suite(8) if suite != "free" else []) + (free_chat_suite(8) if suite != "chat" else [])
+    return e, [prompt_ids(e, p) for p in texts]
