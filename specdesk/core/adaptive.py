@@ -221,7 +221,6 @@ class AdaptiveK:
         self.best_rate: float | None = None  # predicted tokens/s of the k best_k picked last
         self._best_inputs: tuple[list[float], list[float] | None] = ([], None)  # best_k's a_j and verify costs
         self._survive = 1.0  # this step's S_j while drafting by confidence
-        self._dropped = False  # this step's first drafted token was not worth its verification (dropped_first)
         self._step: tuple[float, float, list[float], list[float], float] | None = None  # (rate, c_draft, a_j,
         # verify(1 ..), mean acceptance of the calibration)
         self.plain_streak = 0
@@ -415,7 +414,6 @@ class AdaptiveK:
         """
         k = self.choose(context_len)
         self._step = None
-        self._dropped = False
         self._hint = tuple(hint)
         self._hint_states = []
         if not confidence or not self.speculating:
@@ -455,9 +453,6 @@ class AdaptiveK:
             hint = self.HINT_AGREE if token == self._hint[j - 1] else self.HINT_DEPART
         self._hint_states.append(hint)
         self._survive /= 1.0 + math.exp(-self._token_logit(acc[j - 1], p, mean, hint))
-        if j == 1 and not self._worth_verifying(rate, c, acc, v):
-            self._dropped = True
-            return False
         if j >= self.k_max:
             return False
         # drafting on to any length j' > j adds S_j a_{j+1} .. a_{j'} expected tokens (summed over the lengths
@@ -471,26 +466,6 @@ class AdaptiveK:
             if gain >= rate * ((nxt - j) * c + v[nxt] - v[j]):
                 return True
         return False
-
-    def _worth_verifying(self, rate: float, c: float, acc: list[float], v: list[float]) -> bool:
-        """After the first drafted token (its S_1 in _survive): whether verifying it, alone or with more drafted after
-        it, adds its expected tokens at no less than the best rate: some length n with S_1 + S_1 a_2 + ... >= rate *
-        ((n - 1) c_draft + verify(n + 1) - verify(1)). Where a further position costs a third of a pass (q4 SmolLM2 on
-        a 2-core AMD EPYC) a token the draft is unsure of (~0.2 of them pass) costs more than it brings."""
-        gain, survive = 0.0, self._survive
-        for n in range(1, self.k_max + 1):
-            if n > 1:
-                survive *= acc[n - 1]
-            gain += survive
-            if gain >= rate * ((n - 1) * c + v[n] - v[0]):
-                return True
-        return False
-
-    def dropped_first(self) -> bool:
-        """Whether this step's first drafted token was judged not worth verifying (:meth:`keep_drafting`): greedy
-        decoding then verifies none (always exact there; a sampled token may not be dropped on its own probability,
-        which would bias the output, so the decode loop asks only when greedy)."""
-        return self._dropped
 
     def _token_logit(self, a_j: float, p: float, mean: float, hint: int) -> float:
         """Log-odds that a drafted token passes: the position's acceptance a_j in this stretch of text, moved by what
@@ -579,12 +554,11 @@ class AdaptiveK:
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
                 context_len: int = 0, confidences: tuple[float, ...] = (), setup_s: float = 0.0,
-                other_s: float = 0.0, draft_ran: bool = False) -> None:
+                other_s: float = 0.0) -> None:
         """The step's outcome; ``context_len`` as given to :meth:`choose` for this step; ``confidences``:
         the draft's probability of each drafted token, when the drafter reported them; ``setup_s``: seconds of
         ``draft_s`` the draft spent catching up on tokens it had not seen (Proposal.setup_s); ``other_s``: the decode
-        loop's own seconds between the last pass and this step's draft (0: not measured); ``draft_ran``: the draft
-        model ran though nothing was verified (a dropped first token): its pass is not plain decoding's."""
+        loop's own seconds between the last pass and this step's draft (0: not measured)."""
         if other_s > 0:
             self.other.add(other_s)
         m = min(drafted + 1, len(self.verify) - 1)
@@ -599,7 +573,7 @@ class AdaptiveK:
         # SmolLM2 on a 2-core Xeon: 4.8, 4.1, 3.5, 3.0 ms for the first plain passes after a draft step, 2.8 in a
         # plain streak; learnt from those, k=auto kept drafting at 0.8x of plain). A plain pass is learnt from
         # plain steps PLAIN_SETTLE or more steps after the draft last ran (until then k=auto decodes plainly).
-        self._since_draft = 0 if drafted > 0 or draft_ran else self._since_draft + 1
+        self._since_draft = 0 if drafted > 0 else self._since_draft + 1
         if (drafted > 0 and not cold) or self._since_draft >= self.PLAIN_SETTLE:
             self._learn(self.verify[m], context_len, verify_s)
         if drafted <= 0:

@@ -19,7 +19,7 @@ import torch
 from specdesk.core import kernels
 from specdesk.core.acceptance import SampledCheck, verify_greedy, verify_sampled_logits
 from specdesk.core.detok import IncrementalDetokenizer
-from specdesk.core.drafters import Drafter, empty_proposal
+from specdesk.core.drafters import Drafter
 from specdesk.core.events import DoneEvent, Event, GenerationStats, PrefillEvent, StepEvent
 from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import make_generator
@@ -102,12 +102,6 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
         sync()
         tb = time.perf_counter()
         m = len(proposal)
-        # k=auto found the first drafted token not worth a position of the pass: greedy verifies none (exact there;
-        # a sampled token may not be dropped on its own probability)
-        asked = getattr(controller, "dropped_first", None)  # a controller of the caller's may not judge this
-        dropped = keep is not None and sampling.greedy and m > 0 and asked is not None and asked()
-        if dropped:
-            proposal, m = empty_proposal(device), 0
         if proposal.leaves:
             tree = layout(last, proposal.tokens, proposal.leaves)
             logits = target.verify_tree(tree)  # (rows, V)
@@ -169,7 +163,7 @@ def decode(target: TargetRunner, drafter: Drafter, tokenizer, prompt_ids: list[i
             controller.observe_verify(m, tc - tb, context, n, other_s=other, phrases=proposal.phrases)
         else:
             controller.observe(k, m, n, tb - ta, tc - tb, context, proposal.confidences, proposal.setup_s,
-                               other_s=other, **({"draft_ran": True} if dropped else {}))
+                               other_s=other)
         if keep is not None:
             k = m  # drafting by confidence: the step's k is what the draft was let draft
         end = time.perf_counter()

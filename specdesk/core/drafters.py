@@ -143,11 +143,6 @@ def _empty(device: torch.device) -> torch.Tensor:
     return t
 
 
-def empty_proposal(device: torch.device) -> Proposal:
-    """A proposal of no token (a step that verifies nothing drafted)."""
-    return Proposal(_empty(device))
-
-
 class NoDrafter(Drafter):
     name = "none"
 

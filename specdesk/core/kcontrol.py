@@ -18,7 +18,7 @@ class FixedK:
 
     def observe(self, k: int, drafted: int, accepted: int, draft_s: float, verify_s: float,
                 context_len: int = 0, confidences: tuple[float, ...] = (), setup_s: float = 0.0,
-                other_s: float = 0.0, draft_ran: bool = False) -> None:
+                other_s: float = 0.0) -> None:
         pass
 
     def observe_verify(self, drafted: int, verify_s: float, context_len: int = 0, accepted: int | None = None,
