@@ -248,7 +248,7 @@ class SampledCheck:
         self.sampling, self.p_draft = sampling, p_draft
         self.draft_ids, self.scratch = draft_ids, scratch
         self.tokens = draft_tokens if isinstance(draft_tokens, list) else draft_tokens.tolist()
-        self._pos = draft_pos
+        self._pos = draft_pos if draft_pos is None or isinstance(draft_pos, list) else draft_pos.tolist()
         k = len(self.tokens)
         self.draws = DrawnAhead(generator, k)
         self._call = None
@@ -260,7 +260,7 @@ class SampledCheck:
             return
         if scratch is None or scratch.shape != (2, vocab) or scratch.dtype != torch.float32:
             self.scratch = scratch = torch.empty(2, vocab, dtype=torch.float32)
-        cols = self.tokens if draft_pos is None else draft_pos if isinstance(draft_pos, list) else draft_pos.tolist()
+        cols = self.tokens if self._pos is None else self._pos
         self._next = ctypes.c_int64()
         self._call = (lib.sd_verify_sampled, k, vocab, 1.0 / sampling.temperature, sampling.top_k, sampling.top_p,
                       (ctypes.c_int64 * (k + 1))(*self.tokens), None if p_draft is None else p_draft.data_ptr(),
@@ -273,10 +273,10 @@ class SampledCheck:
         """(accepted, emitted tokens) for the target's logits (k+1, V), as verify_sampled gives them."""
         call = self._call
         if call is None or logits.dtype != torch.bfloat16 or not logits.is_contiguous() or call[2] != logits.shape[-1]:
-            pos = self._pos if self._pos is None or isinstance(self._pos, torch.Tensor) else torch.tensor(self._pos)
             return verify_sampled(process_logits(logits, self.sampling), self.p_draft,
                                   torch.tensor(self.tokens, dtype=torch.long), None, self.draws,
-                                  draft_ids=self.draft_ids, draft_pos=pos)
+                                  draft_ids=self.draft_ids,
+                                  draft_pos=None if self._pos is None else torch.tensor(self._pos, dtype=torch.long))
         n = call[0](logits.data_ptr(), *call[1:])
         if n < 0:
             raise MemoryError("out of memory in the sampling kernel")

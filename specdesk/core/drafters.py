@@ -83,10 +83,6 @@ class IdProposal(Proposal):
             self._prob_pos = torch.tensor(self._pos, dtype=torch.long)
         return self._prob_pos
 
-    @prob_pos.setter
-    def prob_pos(self, value: torch.Tensor | None) -> None:
-        self._prob_pos, self._pos = value, None if value is None else value.tolist()
-
     def __len__(self) -> int:
         return len(self.ids)
 
