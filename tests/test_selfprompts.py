@@ -35,40 +35,46 @@ def test_the_user_prefix_is_the_template_up_to_a_users_message(smollm2_target):
 def test_the_target_writes_distinct_ended_messages_resumably(smollm2_target, tmp_path):
     from specdesk.core.distill import selfprompts
     from specdesk.core.distill.prompts import FREE_PROMPTS
+    from specdesk.core.errors import BadSetting
 
     t = smollm2_target
     whole, split = tmp_path / "whole.json", tmp_path / "split.json"
-    seen = list(selfprompts.write(t.model, t.tokenizer, whole, 20, seed=3, eos_ids=t.eos_ids, batch=16))
-    assert seen[0] == (0, 20) and seen[-1] == (20, 20) and [k for k, _ in seen] == sorted(k for k, _ in seen)
+    # batches of 4 (distill's are 64): the same code, a few seconds a batch on 2 cores
+    seen = list(selfprompts.write(t.model, t.tokenizer, whole, 6, seed=3, eos_ids=t.eos_ids, batch=4))
+    assert seen[0] == (0, 6) and seen[-1] == (6, 6) and [k for k, _ in seen] == sorted(k for k, _ in seen)
     state = selfprompts.load(whole)
     msgs = state["prompts"]
-    assert len(msgs) >= 20 and len({" ".join(m.casefold().split()) for m in msgs}) == len(msgs)
+    assert len(msgs) >= 6 and len({" ".join(m.casefold().split()) for m in msgs}) == len(msgs)
     assert all(len(m.split()) >= selfprompts.MIN_WORDS and "<|im" not in m for m in msgs)
     assert not set(msgs) & set(FREE_PROMPTS)
     letters = sum(c.isalpha() for m in msgs for c in m) / sum(len(m) for m in msgs)
     assert letters > 0.6  # prose, not token soup
+    assert state["batches"] >= 2
     # stopped after its first batch and resumed: the same messages in the same order
-    for _ in selfprompts.write(t.model, t.tokenizer, split, 1, seed=3, eos_ids=t.eos_ids, batch=16):
+    for _ in selfprompts.write(t.model, t.tokenizer, split, 1, seed=3, eos_ids=t.eos_ids, batch=4):
         pass
     assert selfprompts.load(split)["batches"] == 1
-    list(selfprompts.write(t.model, t.tokenizer, split, 20, seed=3, eos_ids=t.eos_ids, batch=16))
+    list(selfprompts.write(t.model, t.tokenizer, split, 6, seed=3, eos_ids=t.eos_ids, batch=4))
     assert selfprompts.load(split)["prompts"] == msgs
-    from specdesk.core.errors import BadSetting
+    with pytest.raises(BadSetting, match="other settings"):  # another seed
+        list(selfprompts.write(t.model, t.tokenizer, split, 16, seed=4, eos_ids=t.eos_ids, batch=4))
+    with pytest.raises(BadSetting, match="other settings"):  # another batch size draws other messages
+        list(selfprompts.write(t.model, t.tokenizer, split, 16, seed=3, eos_ids=t.eos_ids, batch=8))
+    assert selfprompts.VERSION == selfprompts.version(selfprompts.BATCH)  # distill's fingerprint: its own batch
 
-    with pytest.raises(BadSetting, match="other settings"):
-        list(selfprompts.write(t.model, t.tokenizer, split, 40, seed=4, eos_ids=t.eos_ids, batch=16))
 
-
-def test_distill_answers_the_prompts_the_target_wrote(smollm2_gguf, tmp_path):  # noqa: F811
+def test_distill_answers_the_prompts_the_target_wrote(smollm2_gguf, tmp_path, monkeypatch):  # noqa: F811
     from specdesk.core.distill import selfprompts
     from specdesk.core.distill.data import chat_ids
     from specdesk.core.distill.pipeline import DistillConfig, distill
     from specdesk.core.distill.prompts import fingerprint
     from specdesk.core.distill.workdir import WorkDir
 
+    monkeypatch.setattr(selfprompts, "BATCH", 8)  # its writer in batches of 8, not 64: seconds on 2 cores
+
     out = tmp_path / "self-draft"
-    cfg = DistillConfig(target=str(smollm2_gguf), out=out, steps=3, device="cpu", train_prompts=12,
-                        held_out_prompts=4, max_new_tokens=12, answer_batch=8, layers=1, head_vocab=512, batch=4,
+    cfg = DistillConfig(target=str(smollm2_gguf), out=out, steps=3, device="cpu", train_prompts=4,
+                        held_out_prompts=2, max_new_tokens=12, answer_batch=8, layers=1, head_vocab=512, batch=4,
                         eval_every=3, prompts="self")
     events = list(distill(cfg))
     assert any(e.phase == "prompts" and "wrote" in e.message for e in events) and events[-1].phase == "done"
@@ -77,8 +83,8 @@ def test_distill_answers_the_prompts_the_target_wrote(smollm2_gguf, tmp_path):  
     tok = selfprompts_tokenizer(out)
     held = [s.prompt for s in work.load_shard("held-out")]
     train = [s.prompt for name in work.train_shards() for s in work.load_shard(name)]
-    assert held == [chat_ids(tok, m) for m in written[:4]]  # held out: the first written
-    assert train == [chat_ids(tok, m) for m in written[4:16]] and not set(map(tuple, held)) & set(map(tuple, train))
+    assert held == [chat_ids(tok, m) for m in written[:2]]  # held out: the first written
+    assert train == [chat_ids(tok, m) for m in written[2:6]] and not set(map(tuple, held)) & set(map(tuple, train))
     assert json.loads(work.settings_path.read_text())["prompt_set"] == fingerprint("self") != fingerprint("varied")
     card = (out / "README.md").read_text()
     assert "the target wrote itself" in card and "distill.json" not in card

@@ -28,8 +28,15 @@ MAX_TOKENS = 64  # a message the target has not ended by then is dropped (it ram
 MIN_WORDS = 3
 BATCH = 64
 FILE = "self-prompts.json"
-# the writer's settings: a resumed run whose writer differs cannot extend its list (pipeline's fingerprint)
-VERSION = f"magpie t={TEMPERATURE} max={MAX_TOKENS} min_words={MIN_WORDS} batch={BATCH} v1"
+
+
+def version(batch: int) -> str:
+    """The writer's settings: a resumed run whose writer differs cannot extend its list (a batch's draws depend
+    on its size, so the size is one of them)."""
+    return f"magpie t={TEMPERATURE} max={MAX_TOKENS} min_words={MIN_WORDS} batch={batch} v1"
+
+
+VERSION = version(BATCH)  # `specdesk distill`'s writer (the pipeline's fingerprint of the "self" prompt set)
 
 
 def user_prefix(tokenizer) -> list[int]:
@@ -82,17 +89,18 @@ def load(path: Path) -> dict:
 
 
 def write(model, tokenizer, path: Path, need: int, *, seed: int, eos_ids: frozenset[int],
-          batch: int = BATCH) -> Iterator[tuple[int, int]]:
+          batch: int | None = None) -> Iterator[tuple[int, int]]:
     """Write messages until ``path`` holds ``need`` (or the target stops writing new ones): yields (kept, need) after
     each batch. Batch i draws from a generator seeded by (seed, i), so the list is one sequence however the run is
-    split. A file from another seed or writer is refused (BadSetting)."""
+    split. ``batch``: messages drawn at once (None: BATCH). A file from another seed or writer is refused
+    (BadSetting)."""
     from specdesk.core.distill import batchgen
 
-    path = Path(path)
-    state = {"version": VERSION, "seed": seed, "batches": 0, "prompts": []}
+    path, batch = Path(path), BATCH if batch is None else batch
+    state = {"version": version(batch), "seed": seed, "batches": 0, "prompts": []}
     if path.exists():
         state = load(path)
-        if state.get("seed") != seed or state.get("version") != VERSION:
+        if state.get("seed") != seed or state.get("version") != version(batch):
             raise BadSetting(f"{path} was written with other settings (seed {state.get('seed')}, "
                              f"{state.get('version')}); use another --out")
     prefix = user_prefix(tokenizer)
