@@ -14,6 +14,8 @@ verify passes and trees against one-position steps on both kernels).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -199,6 +201,22 @@ def test_attention_is_each_positions_own_whatever_the_call_holds(hd, march):
     for cache in (k, v):
         cache[:, 100:103] = cache[:, [200, 203, 201]]
     assert torch.equal(attend(q[:1], k, v, [(100, [200, 203, 201])]), attend(q[:1], k, v, [(103, [])]))
+
+
+def test_attentions_two_paths_are_the_same_bits_in_float32(march, tmp_path):
+    """tests/attention_bits.c, built as the kernels are: attention over rows sharing a KV head (a verify pass) and
+    over one query head alone (a one-position step's head where the rows path does not serve, a tree's positions)
+    give the same float32 weights and sums for 1-6 rows, equal and different lengths. The bfloat16 outputs the
+    test above compares round a changed order of additions away almost always; these do not."""
+    import subprocess
+
+    flags = [f for f in kernels.FLAGS if f not in ("-shared", "-fPIC")]
+    exe = tmp_path / "attention_bits"
+    subprocess.run([kernels._compiler(), f"-march={march}", *flags, str(Path(__file__).with_name("attention_bits.c")),
+                    "-o", str(exe), "-lm"], check=True, capture_output=True, timeout=300)
+    r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.startswith("ok "), r.stdout
+    assert int(r.stdout.split()[1]) >= 500  # the rows path served (it does on every CPU these kernels build for)
 
 
 def test_without_a_compiler_torchs_kernels_run_and_say_why(monkeypatch, tmp_path):

@@ -267,79 +267,144 @@ static inline __m256 tree8(const __m256 *t) {
     return _mm256_permutevar8x32_ps(z, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* scores of rows r < R (queries qf[r], float, hd a multiple of 16; row r sees keys 0 .. Lr[r] - 1) 8 keys at a time,
- * each key widened once for all rows (kf: 8 * hd floats): s[r * ls + j] = dot(q_r, k_j) * scale, dot()'s bits. */
-static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_t *kc, int64_t hd, int64_t Lmax,
-                        float scale, float *s, int64_t ls, float *kf) {
+/* The sums of KB keys (kp[b]: bfloat16 rows) with R query rows (qf, float, 16 * C dimensions), dot()'s 16 lanes:
+ * t[r * 8 + b] = lanes 0-7 plus lanes 8-15 (dot()'s first tree step), each lane's fma chain from zero in dimension
+ * order. Each key chunk is widened in registers once for all rows; R * KB * 2 independent chains keep the FMA
+ * units busy (constants, so the sums stay in registers). */
+static inline __attribute__((always_inline)) void dots_block(const int R, const int KB, const int C, const float *qf,
+                                                             const uint16_t *const *kp, __m256 *t) {
+    __m256 lo[RMAX * 4], hi[RMAX * 4];
+#pragma GCC unroll 24
+    for (int i = 0; i < R * KB; i++) lo[i] = _mm256_setzero_ps(), hi[i] = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++)
+#pragma GCC unroll 4
+        for (int b = 0; b < KB; b++) {
+            const __m256 k0 = load_bf16x8(kp[b] + 16 * c), k1 = load_bf16x8(kp[b] + 16 * c + 8);
+#pragma GCC unroll 6
+            for (int r = 0; r < R; r++) {
+                lo[r * KB + b] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + (r * C + c) * 16), k0, lo[r * KB + b]);
+                hi[r * KB + b] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + (r * C + c) * 16 + 8), k1, hi[r * KB + b]);
+            }
+        }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int b = 0; b < KB; b++) t[r * 8 + b] = _mm256_add_ps(lo[r * KB + b], hi[r * KB + b]);
+}
+
+/* scores of rows r < R (queries qf[r], float, hd = 16 * C; row r sees keys 0 .. Lr[r] - 1) 8 keys at a time:
+ * s[r * ls + j] = dot(q_r, k_j) * scale, dot()'s bits (tree8 finishes each key's tree). Keys go KB at a time into
+ * dots_block (4 for one row, 2 for two or three, else 1: enough chains without spilling the sums); a block past the
+ * last key reads key j0 again and stores nothing of it. R, KB and C constant: a loop over a variable head size kept
+ * the sums in memory (the build before this one spent ~65% of a call here, widening keys into memory and summing
+ * each key's chains one after another). */
+static inline __attribute__((always_inline)) void scores_rows_fixed(const int R, const int C, const float *qf,
+                                                                    const int64_t *Lr, const uint16_t *kc,
+                                                                    int64_t Lmax, float scale, float *s, int64_t ls) {
+    const int KB = R == 1 ? 4 : (R <= 3 ? 2 : 1);
+    const int64_t hd = 16 * C;
     const __m256 sc = _mm256_set1_ps(scale);
+    __m256 t[RMAX * 8];
     for (int64_t j0 = 0; j0 < Lmax; j0 += 8) {
         const int cnt = Lmax - j0 < 8 ? (int)(Lmax - j0) : 8;
-        for (int l = 0; l < cnt; l++)
-            for (int64_t d = 0; d < hd; d += 8) _mm256_storeu_ps(kf + l * hd + d, load_bf16x8(kc + (j0 + l) * hd + d));
+#pragma GCC unroll 1
+        for (int l0 = 0; l0 < 8; l0 += KB) { /* not unrolled: GCC then interleaved the blocks and spilled their sums */
+            const uint16_t *kp[4];
+#pragma GCC unroll 4
+            for (int b = 0; b < KB; b++) kp[b] = kc + (l0 + b < cnt ? j0 + l0 + b : j0) * hd;
+            dots_block(R, KB, C, qf, kp, t + l0);
+        }
         for (int r = 0; r < R; r++) {
             const int64_t left = Lr[r] - j0;
             if (left <= 0) continue;
-            const int c = left < cnt ? (int)left : cnt;
-            const float *q = qf + r * hd;
-            __m256 t[8];
-            for (int l = 0; l < 8; l++) {
-                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-                if (l < c)
-                    for (int64_t d = 0; d < hd; d += 16) { /* dot()'s 16 lanes: 0-7 in lo, 8-15 in hi */
-                        lo = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kf + l * hd + d), lo);
-                        hi = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), _mm256_loadu_ps(kf + l * hd + d + 8), hi);
-                    }
-                t[l] = _mm256_add_ps(lo, hi);
+            const __m256 res = _mm256_mul_ps(tree8(t + r * 8), sc);
+            if (left >= 8 && cnt == 8) {
+                _mm256_storeu_ps(s + r * ls + j0, res);
+            } else {
+                float out[8];
+                _mm256_storeu_ps(out, res);
+                memcpy(s + r * ls + j0, out, (size_t)(left < cnt ? left : cnt) * sizeof(float));
             }
-            float out[8];
-            _mm256_storeu_ps(out, _mm256_mul_ps(tree8(t), sc));
-            memcpy(s + r * ls + j0, out, (size_t)c * sizeof(float));
         }
     }
 }
 
-/* The weighted sums of values for rows r < R, 8 * A dimensions at a time, keys in order: each dimension's sum is
- * attend_one's fmaf chain (from 0), so the same bits whatever A, with the rows' sums in registers and each value row
- * widened once for all of them. A is as large as the registers allow (R * A <= 8 for one and two rows): each sum is a
- * chain of dependent fused multiply-adds, and one or two rows' 16 dimensions (2 or 4 chains) left the FMA units
- * waiting on their latency; a one-position pass's items hold 1 or 2 rows (SmolLM2: 9 heads on 3 KV heads, 2
- * threads). */
-static inline __attribute__((always_inline)) void pv_rows_n(const int R, const int A, const float *s, int64_t ls,
+static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_t *kc, int64_t hd, int64_t Lmax,
+                        float scale, float *s, int64_t ls) {
+#define SCR_CASE(N)                                                                                   \
+    case N:                                                                                           \
+        if (hd == 64) scores_rows_fixed(N, 4, qf, Lr, kc, Lmax, scale, s, ls);                        \
+        else if (hd == 128) scores_rows_fixed(N, 8, qf, Lr, kc, Lmax, scale, s, ls);                  \
+        else scores_rows_fixed(N, (int)(hd / 16), qf, Lr, kc, Lmax, scale, s, ls);                    \
+        break;
+    switch (R) { SCR_CASE(1) SCR_CASE(2) SCR_CASE(3) SCR_CASE(4) SCR_CASE(5) default: SCR_CASE(RMAX) }
+#undef SCR_CASE
+}
+
+/* Key j's value row (16 * P dimensions from vc's row at column c0) into the sums of rows r < R that see it
+ * (``every``, a constant: all do, so no condition). 16 bfloat16 values a load, widened by one shift (dimensions
+ * 0, 2, .. 14: ev) and one mask (1, 3, .. 15: od) instead of a widening move and a shift every 8. */
+static inline __attribute__((always_inline)) void pv_key2(const int R, const int P, const int every, int64_t j,
+                                                          const float *s, int64_t ls, const int64_t *Lr,
+                                                          const uint16_t *v, __m256i high, __m256 *ev, __m256 *od) {
+#pragma GCC unroll 4
+    for (int p = 0; p < P; p++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(v + 16 * p));
+        const __m256 ve = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+        const __m256 vo = _mm256_castsi256_ps(_mm256_and_si256(x, high));
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++)
+            if (every || j < Lr[r]) {
+                const __m256 w = _mm256_broadcast_ss(s + r * ls + j);
+                ev[r * P + p] = _mm256_fmadd_ps(w, ve, ev[r * P + p]);
+                od[r * P + p] = _mm256_fmadd_ps(w, vo, od[r * P + p]);
+            }
+    }
+}
+
+/* The weighted sums of values for rows r < R, 16 * P dimensions at a time, keys in order: each dimension's sum is
+ * attend_one's fmaf chain (from 0), so the same bits whatever P, with the rows' sums in registers (R * P * 2 <= 12)
+ * and each value row widened once for all of them. The keys every row sees run in a loop of their own, without the
+ * per-row condition. One row takes 64 dimensions a pass: 8 chains, as the FMA units' latency wants (a one-position
+ * pass's items hold 1 or 2 rows: SmolLM2's 9 heads on 3 KV heads, 2 threads). The lanes hold even and odd
+ * dimensions and are put back in order at the end. */
+static inline __attribute__((always_inline)) void pv_rows_n(const int R, const int P, const float *s, int64_t ls,
                                                             const int64_t *Lr, int64_t Lmin, int64_t Lmax,
                                                             const uint16_t *vc, int64_t hd, float *o) {
-    for (int64_t c = 0; c < hd; c += 8 * A) {
-        __m256 acc[RMAX * 2];
-        for (int i = 0; i < R * A; i++) acc[i] = _mm256_setzero_ps();
-        for (int64_t j = 0; j < Lmax; j++) {
-            __m256 v[8];
-            for (int a = 0; a < A; a++) v[a] = load_bf16x8(vc + j * hd + c + 8 * a);
-            for (int r = 0; r < R; r++)
-                if (j < Lmin || j < Lr[r]) {
-                    const __m256 w = _mm256_set1_ps(s[r * ls + j]);
-                    for (int a = 0; a < A; a++) acc[r * A + a] = _mm256_fmadd_ps(w, v[a], acc[r * A + a]);
-                }
-        }
+    const __m256i high = _mm256_set1_epi32((int)0xFFFF0000u);
+    for (int64_t c = 0; c < hd; c += 16 * P) {
+        __m256 ev[RMAX * 2], od[RMAX * 2];
+#pragma GCC unroll 12
+        for (int i = 0; i < R * P; i++) ev[i] = _mm256_setzero_ps(), od[i] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < Lmin; j++) pv_key2(R, P, 1, j, s, ls, Lr, vc + j * hd + c, high, ev, od);
+        for (int64_t j = Lmin; j < Lmax; j++) pv_key2(R, P, 0, j, s, ls, Lr, vc + j * hd + c, high, ev, od);
+#pragma GCC unroll 6
         for (int r = 0; r < R; r++)
-            for (int a = 0; a < A; a++) _mm256_storeu_ps(o + r * hd + c + 8 * a, acc[r * A + a]);
+#pragma GCC unroll 4
+            for (int p = 0; p < P; p++) {
+                /* (e0 o0 e1 o1 | e4 o4 e5 o5) and (e2 o2 e3 o3 | e6 o6 e7 o7) -> dimensions 0-7 and 8-15 */
+                const __m256 lo = _mm256_unpacklo_ps(ev[r * P + p], od[r * P + p]);
+                const __m256 hi = _mm256_unpackhi_ps(ev[r * P + p], od[r * P + p]);
+                _mm256_storeu_ps(o + r * hd + c + 16 * p, _mm256_permute2f128_ps(lo, hi, 0x20));
+                _mm256_storeu_ps(o + r * hd + c + 16 * p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+            }
     }
 }
 
 static void pv_rows(int R, const float *s, int64_t ls, const int64_t *Lr, int64_t Lmin, int64_t Lmax,
                     const uint16_t *vc, int64_t hd, float *o) {
+    /* hd is a multiple of 32 here (sd_attend's condition) */
     switch (R) {
     case 1:
-        if (hd % 64 == 0) pv_rows_n(1, 8, s, ls, Lr, Lmin, Lmax, vc, hd, o);
-        else if (hd % 32 == 0) pv_rows_n(1, 4, s, ls, Lr, Lmin, Lmax, vc, hd, o);
+        if (hd % 64 == 0) pv_rows_n(1, 4, s, ls, Lr, Lmin, Lmax, vc, hd, o);
         else pv_rows_n(1, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o);
         break;
-    case 2:
-        if (hd % 32 == 0) pv_rows_n(2, 4, s, ls, Lr, Lmin, Lmax, vc, hd, o);
-        else pv_rows_n(2, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o);
-        break;
+    case 2: pv_rows_n(2, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
     case 3: pv_rows_n(3, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 4: pv_rows_n(4, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    case 5: pv_rows_n(5, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
-    default: pv_rows_n(RMAX, 2, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 4: pv_rows_n(4, 1, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    case 5: pv_rows_n(5, 1, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
+    default: pv_rows_n(RMAX, 1, s, ls, Lr, Lmin, Lmax, vc, hd, o); break;
     }
 }
 
@@ -347,7 +412,7 @@ static void pv_rows(int R, const float *s, int64_t ls, const int64_t *Lr, int64_
 static int rows_block(int64_t hd) { return hd % 16 == 0 && hd <= 256 ? RMAX : 0; }
 
 /* Floats of attend_rows' work space for R rows over up to L keys. */
-static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + 2 * R * hd + 8 * hd + 16; }
+static int64_t rows_work(int64_t R, int64_t L, int64_t hd) { return R * L + 2 * R * hd + 16; }
 
 /* Rows sharing a KV head, as the AVX-512 kernel's attend_rows: each key and value loaded once for all rows, each row's
  * scores, softmax and weighted sum attend_one's, operation for operation in the same order (so the same bits). */
@@ -358,10 +423,9 @@ static void attend_rows(const uint16_t *const *qr, uint16_t *const *outr, const 
     float *restrict s = work;           /* (R, Lmax) scores, then weights */
     float *restrict o = s + R * Lmax;   /* (R, hd) */
     float *restrict qf = o + R * hd;    /* (R, hd) */
-    float *restrict kf = qf + R * hd;   /* (8, hd) */
     for (int r = 0; r < R; r++)
         for (int64_t i = 0; i < hd; i++) qf[r * hd + i] = bf(qr[r][i]);
-    scores_rows(qf, Lr, R, kc, hd, Lmax, scale, s, Lmax, kf);
+    scores_rows(qf, Lr, R, kc, hd, Lmax, scale, s, Lmax);
     for (int r = 0; r < R; r++) softmax_row(s + r * Lmax, Lr[r]);
     pv_rows(R, s, Lmax, Lr, Lmin, Lmax, vc, hd, o);
     for (int r = 0; r < R; r++)
