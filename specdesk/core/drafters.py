@@ -24,6 +24,12 @@ from specdesk.core.ngram import NgramIndex
 from specdesk.core.sampling import SamplingConfig, draw_at, draw_one, process_logits, sample
 from specdesk.core.sequence import ModelSequence
 
+# The most prompt tokens a draft model reads: of a longer prompt, the last ones (a chat's next turn keeps what its
+# cache holds until that has grown to twice this). A draft's proposals are checked by the target, so the output is
+# the target's whatever the draft reads; reading less bounds what a long prompt costs it (its catch-up at the first
+# proposal, and attention over every key at each drafted token). Measured in docs/draft-notebook.md (30th sitting).
+CONTEXT_WINDOW: int | None = 512
+
 
 @dataclass
 class Proposal:
@@ -193,6 +199,8 @@ class ModelDrafter(Drafter):
         self.head_ids = head_ids
         self.seq = ModelSequence(model, lean)
         self._pending: tuple[list[int], int] | None = None  # (prompt, capacity) not read yet (start)
+        self.window: int | None = CONTEXT_WINDOW  # the most prompt tokens it reads (None: all)
+        self._drop = 0  # committed tokens before the ones its cache holds (a long prompt's start, not read)
         self.setup_s = 0.0  # this proposal's catch-up seconds (Proposal.setup_s)
         self.device = self.seq.device
         self._head_list: list[int] | None = None  # head_ids as ints (the greedy chain's lookups)
@@ -214,9 +222,13 @@ class ModelDrafter(Drafter):
         # it), and on a CPU whose cache barely holds the target the draft's reading the prompt pushed the target's
         # weights out for its next few passes (q4 SmolLM2: 4.8, 4.4, 3.9, 3.5 ms against 2.8 in a plain streak).
         # The buffers stay until then where the prompt starts with what they hold (a chat's earlier turns).
-        if not self.seq.kept_length(prefix_ids):
+        drop = self._drop
+        kept = self.seq.kept_length(prefix_ids[drop:]) if drop <= len(prefix_ids) else 0
+        if not kept or (self.window is not None and len(prefix_ids) - drop > 2 * self.window):
             self.seq.release()
-        self._pending = (list(prefix_ids), capacity)
+            drop = max(0, len(prefix_ids) - self.window) if self.window is not None else 0
+        self._drop = drop
+        self._pending = (list(prefix_ids[drop:]), capacity - drop)
 
     def _started(self) -> None:
         if self._pending is not None:
@@ -242,8 +254,9 @@ class ModelDrafter(Drafter):
         t0 = time.perf_counter()
         setup = self._pending is not None
         self._started()
-        if len(ids) - self.seq.length > 2:
-            rest = ids[self.seq.length:-1]
+        seen = self._drop + self.seq.length
+        if len(ids) - seen > 2:
+            rest = ids[seen:-1]
             if by_ids:
                 self.seq.feed_ids(rest)
             else:
@@ -253,7 +266,7 @@ class ModelDrafter(Drafter):
             if self.device.type == "cuda":
                 torch.cuda.synchronize()
             self.setup_s = time.perf_counter() - t0
-        return ids[self.seq.length:]
+        return ids[self._drop + self.seq.length:]
 
     def _next(self, tok: torch.Tensor) -> torch.Tensor:
         """Logits for the next drafted token, after the drafted token ``tok`` (1,)."""
@@ -383,11 +396,11 @@ class ModelDrafter(Drafter):
 
     def commit(self, valid_len: int) -> None:
         if self._pending is None:  # not started: nothing read, nothing to forget
-            self.seq.crop(valid_len)
+            self.seq.crop(valid_len - self._drop)
 
     def remember(self, ids: list[int]) -> None:
-        if self._pending is None:  # its cache holds ids' first positions (commit keeps no drafted token past them)
-            self.seq.remember(ids)
+        if self._pending is None:  # its cache holds ids' first positions past the window's start (commit keeps
+            self.seq.remember(ids[self._drop:])  # no drafted token past them)
 
 
 class PhraseDrafter(NgramDrafter):
