@@ -230,8 +230,11 @@ def test_without_a_compiler_torchs_kernels_run_and_say_why(monkeypatch, tmp_path
     broken.chmod(0o755)
     monkeypatch.setattr(kernels, "_state", {})
     monkeypatch.setenv("SPECDESK_CACHE_DIR", str(tmp_path / "cache"))
-    assert kernels.library() is None
+    heard: list[str] = []
+    assert kernels.library(heard.append) is None  # a load's progress hears of the build before it starts
+    assert heard == ["building specdesk's CPU kernels for this machine (once, several seconds)"]
     assert kernels.status() == "torch's kernels: specdesk's own did not build here: cc: error: bad flags"
+    assert kernels.library(heard.append) is None and len(heard) == 1  # once a process
 
 
 def test_rmsnorm_is_torchs_to_one_bfloat16_step_and_each_rows_own(march):

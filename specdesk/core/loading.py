@@ -541,6 +541,10 @@ def load_model(ref: str, quant: str = "none", double_quant: bool = False, dtype:
     quiet_transformers()
     source = resolve(ref)
     device = resolve_device(device)
+    if device == "cpu":
+        from specdesk.core import kernels
+
+        kernels.library(progress)  # built once per machine: say so rather than sit silent
     if quant == "auto":
         quant = auto_quant(source, device, dtype)
     torch_dtype = resolve_dtype(dtype, device)

@@ -61,7 +61,7 @@ def _has_display() -> bool:
 
 
 def _build_kernels_in_background() -> None:
-    """specdesk's own CPU kernels build once per machine (~1 s, core/kernels); off the GUI thread, so that neither
+    """specdesk's own CPU kernels build once per machine (seconds, core/kernels); off the GUI thread, so that neither
     the first model load nor the planner (which counts a q4 head by them) waits for the compiler on screen."""
     import threading
 

@@ -5,7 +5,7 @@ in one call each (rows.c), and all of a pass's layers in one call (layers.c: the
 decoder's Python loop).
 
 Without them a q4 target's products run through torch's int4 kernel and attention through torch's, one call per
-position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (about half a second), into the cache folder, keyed by the source, the
+position. They build with ``cc -O3 -march=native -fopenmp`` on the C files beside this one, once per machine (several seconds: 8.5 s on a 2-core AMD EPYC), into the cache folder, keyed by the source, the
 compiler and the CPU. It needs AVX2 and FMA (or AVX512-VNNI); a machine without a C compiler, or another CPU kind,
 keeps torch's kernel, and ``SPECDESK_KERNELS=torch`` asks for them. No torch here: the planner asks
 :func:`available` too.
@@ -64,7 +64,7 @@ def _cache_dir() -> Path:
     return cache_dir() / "kernels"
 
 
-def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
+def _build(march: str, progress=None) -> tuple[ctypes.CDLL | None, str]:
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return None, f"torch's kernels: specdesk's own are built for x86-64 Linux (this is {platform.system()} {platform.machine()})"
     cc = _compiler()
@@ -79,6 +79,8 @@ def _build(march: str) -> tuple[ctypes.CDLL | None, str]:
     key = hashlib.sha256(source + " ".join(flags).encode() + version.encode() + _cpu_key().encode()).hexdigest()[:16]
     out = _cache_dir() / f"q4gemm-{key}.so"
     if not out.exists():
+        if progress is not None:
+            progress("building specdesk's CPU kernels for this machine (once, several seconds)")
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
         os.close(fd)
@@ -170,14 +172,15 @@ def _march() -> str:
     return os.environ.get(MARCH_ENV, "").strip() or "native"
 
 
-def library() -> ctypes.CDLL | None:
-    """The built kernel, or None (torch's int4 kernel runs instead: :func:`status` says why)."""
+def library(progress=None) -> ctypes.CDLL | None:
+    """The built kernel, or None (torch's int4 kernel runs instead: :func:`status` says why). ``progress(message)``
+    hears of a build (the first use on a machine, or after an update)."""
     if _torch_asked():
         return None
     march = _march()
     with _lock:
         if march not in _state:
-            _state[march] = _build(march)
+            _state[march] = _build(march, progress)
             (log.info if _state[march][0] is not None else log.warning)("%s", _state[march][1])
         return _state[march][0]
 
