@@ -45,22 +45,26 @@ def test_a_long_prompts_start_is_left_out_and_the_proposals_are_those_of_its_end
 
 @pytest.mark.parametrize("k", [1, 4, "auto"])
 def test_greedy_output_is_the_targets_with_a_window_and_a_chat_keeps_it(tiny_engine, monkeypatch, k):
+    """The window's bookkeeping is checked at fixed k, which drafts every step; k=auto (which may have learned on
+    this session's engine not to draft at all, and then has read nothing to keep) for the output alone."""
     d = tiny_engine._model_drafter
     monkeypatch.setattr(d, "window", 20)
     monkeypatch.setattr(tiny_engine, "reuse_cache", True)
+    fixed = k != "auto"
     ids = long_ids(tiny_engine, 40)
     plain = tiny_engine.generate(ids, max_new_tokens=12, drafter="none").token_ids
     got = tiny_engine.generate(ids, max_new_tokens=12, drafter="model", k=k)
-    assert got.token_ids == plain and (got.stats.drafted > 0 or k == "auto")  # k=auto may have learned not to
+    assert got.token_ids == plain and (got.stats.drafted > 0 or not fixed)
     assert d._drop == 39 - 20
     # the next turn starts with this one: the draft keeps its window and reads only what is new
     turn = ids + got.token_ids + long_ids(tiny_engine, 5)
     plain2 = tiny_engine.generate(turn, max_new_tokens=12, drafter="none").token_ids
     got2 = tiny_engine.generate(turn, max_new_tokens=12, drafter="model", k=k)
-    assert got2.token_ids == plain2 and d._drop == 39 - 20 and len(turn) - 1 - d._drop <= 2 * 20
+    assert got2.token_ids == plain2
+    assert d._drop == 39 - 20 or not fixed
     # grown past twice the window: read afresh from the last 20
     longer = turn + got2.token_ids
     got3 = tiny_engine.generate(longer, max_new_tokens=12, drafter="model", k=k)
     assert got3.token_ids == tiny_engine.generate(longer, max_new_tokens=12, drafter="none").token_ids
-    assert d._drop == len(longer) - 1 - 20
+    assert d._drop == len(longer) - 1 - 20 or not fixed
     d.seq.release()
