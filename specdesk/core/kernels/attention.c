@@ -297,8 +297,8 @@ static inline __attribute__((always_inline)) void dots_block(const int R, const 
  * s[r * ls + j] = dot(q_r, k_j) * scale, dot()'s bits (tree8 finishes each key's tree). Keys go KB at a time into
  * dots_block (4 for one row, 2 for two or three, else 1: enough chains without spilling the sums); a block past the
  * last key reads key j0 again and stores nothing of it. R, KB and C constant: a loop over a variable head size kept
- * the sums in memory (the build before this one spent ~65% of a call here, widening keys into memory and summing
- * each key's chains one after another). */
+ * the sums in memory (the loop before, profiled: ~65% of a call, widening keys into memory and summing each key's
+ * chains one after another). */
 static inline __attribute__((always_inline)) void scores_rows_fixed(const int R, const int C, const float *qf,
                                                                     const int64_t *Lr, const uint16_t *kc,
                                                                     int64_t Lmax, float scale, float *s, int64_t ls) {
@@ -342,7 +342,7 @@ static void scores_rows(const float *qf, const int64_t *Lr, int R, const uint16_
 #undef SCR_CASE
 }
 
-/* Key j's value row (16 * P dimensions from vc's row at column c0) into the sums of rows r < R that see it
+/* Key j's value row (its 16 * P dimensions at v) into the sums of rows r < R that see it
  * (``every``, a constant: all do, so no condition). 16 bfloat16 values a load, widened by one shift (dimensions
  * 0, 2, .. 14: ev) and one mask (1, 3, .. 15: od) instead of a widening move and a shift every 8. */
 static inline __attribute__((always_inline)) void pv_key2(const int R, const int P, const int every, int64_t j,
