@@ -23,28 +23,32 @@ e = specdesk.load(GGUF, str(ROOT / "resources/models/smollm2-135m-instruct-draft
 e.reuse_cache = False
 e.warm_up()
 tok = e.target.tokenizer
-suite = chat_suite()
-prompts = [c.prompt if hasattr(c, "prompt") else c for c in suite]
+texts = [p.text for p in chat_suite()]
 cache = Path("/tmp/specdesk-draft-window-convs.json")
+
+
+def template(msgs: list[dict], ask: bool) -> list[int]:
+    """The chat's token ids through the target's template (``ask``: ending where the assistant's reply starts)."""
+    return list(tok.apply_chat_template(msgs, add_generation_prompt=ask, tokenize=True, return_dict=True)["input_ids"])
+
+
 if cache.exists():
     convs = json.loads(cache.read_text())
 else:
     # conversations: turns of held-out chat prompts with the target's own greedy replies, ~1,500+ tokens, then a question
     convs = []
-    texts = [p if isinstance(p, str) else p.text for p in prompts]
     for c in range(4):
         msgs = []
         i = c
         while True:
             msgs.append({"role": "user", "content": texts[i % len(texts)]})
-            ids = list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)['input_ids'])
-            r = e.generate(ids, max_new_tokens=160, drafter="none")
+            r = e.generate(template(msgs, True), max_new_tokens=160, drafter="none")
             msgs.append({"role": "assistant", "content": tok.decode(r.token_ids, skip_special_tokens=True)})
             i += 3
-            if len(tok.apply_chat_template(msgs, tokenize=True, return_dict=True)['input_ids']) > 1500:
+            if len(template(msgs, False)) > 1500:
                 break
         msgs.append({"role": "user", "content": texts[(c + 5) % len(texts)]})
-        convs.append(list(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)['input_ids']))
+        convs.append(template(msgs, True))
     cache.write_text(json.dumps(convs))
 print("conversation lengths", [len(c) for c in convs])
 windows = [None if w == "none" else int(w) for w in (sys.argv[1] if len(sys.argv) > 1 else "none,512,256").split(",")]
@@ -55,11 +59,11 @@ for rnd in range(2):
         for name, kw in (("plain", dict(drafter="none")), ("k1", dict(drafter="model", k=1)), ("k3", dict(drafter="model", k=3)), ("d+l", dict(drafter="model+lookup", k="auto"))):
             if name == "plain" and w is not None:
                 continue
-            for ci, ids in enumerate(convs):
+            for ids in convs:
                 e._model_drafter.seq.release()
                 r = e.generate(ids, max_new_tokens=128, **kw)
                 s = r.stats
-                d = res.setdefault((name, w), dict(tok=0, sec=0.0, drafted=0, acc=0, setup=0.0, passes=0))
+                d = res.setdefault((name, w), dict(tok=0, sec=0.0, drafted=0, acc=0, passes=0))
                 d["tok"] += s.new_tokens; d["sec"] += s.decode_seconds; d["drafted"] += s.drafted; d["acc"] += s.accepted; d["passes"] += s.target_forwards
 for (name, w), d in res.items():
     print(f"{name:6s} window {str(w):5s} rate {d['tok']/d['sec']:6.1f} tok/s  acceptance {d['acc']/max(d['drafted'],1):.3f} ({d['acc']}/{d['drafted']})  tokens/pass {d['tok']/d['passes']:.2f}")

@@ -223,8 +223,7 @@ class ModelDrafter(Drafter):
         # weights out for its next few passes (q4 SmolLM2: 4.8, 4.4, 3.9, 3.5 ms against 2.8 in a plain streak).
         # The buffers stay until then where the prompt starts with what they hold (a chat's earlier turns).
         drop = self._drop
-        kept = self.seq.kept_length(prefix_ids[drop:]) if drop <= len(prefix_ids) else 0
-        if not kept or (self.window is not None and len(prefix_ids) - drop > 2 * self.window):
+        if not self.seq.kept_length(prefix_ids[drop:]) or (self.window is not None and len(prefix_ids) - drop > 2 * self.window):
             self.seq.release()
             drop = max(0, len(prefix_ids) - self.window) if self.window is not None else 0
         self._drop = drop
