@@ -115,3 +115,12 @@ def test_planner_params_equal_the_loaded_model(engine, smollm2_gguf):
     a = analyze(str(smollm2_gguf))
     assert a.params == engine.target.params == 134_515_008
     assert a.max_positions == 8192 and a.kv.kv_heads == 3 and len(a.kv.layers) == 30
+
+
+def test_planner_recommends_a_4bit_file_as_stored_on_a_cpu(smollm2_gguf):
+    """A Q4_1 file on a CPU: q4 only (as "auto" loads it); q8 or float32 would add bytes and no quality."""
+    from specdesk.core.plan import plan
+
+    p = plan(str(smollm2_gguf), device="cpu", budget_bytes=4 * 2**30, candidate_drafts=[])
+    assert p.recommendations and {r.target_quant for r in p.recommendations} == {"q4"}
+    assert p.recommendations[0].reason.startswith("best that fits: q4 target")

@@ -217,3 +217,20 @@ def test_measured_peak_is_shown_beside_the_estimate():
     found = lookup_measurement(path, "none", 1024, "cuda", draft="ngram", dtype="bfloat16")
     assert found == cuda and found.comparable_bytes(512 * 2**20) == 3 * GiB + 512 * 2**20
     assert lookup_measurement(path, "none", 1024, "cuda", draft="none", dtype="bfloat16") is None
+
+
+def test_cpu_recommendations_offer_specdesks_own_quantizations(llama_pair):
+    """On a CPU the choices are none, q8 and q4 (bitsandbytes' CPU int8 ran the demo target ~50x slower than float);
+    a float dtype asked for, which q8 and q4 cannot keep, leaves none only; a GPU keeps bitsandbytes' choices."""
+    t, d = llama_pair
+    p = plan(str(t), str(d), device="cpu", context=4096, budget_bytes=48 * GiB, candidate_drafts=[])
+    quants = [r.target_quant for r in p.recommendations]
+    assert set(quants) == {"none", "q8", "q4"}  # an 8B float folder: 32 GB as float32 fits 48 GiB, so do q8 and q4
+    assert quants.index("q8") < quants.index("q4")  # quality first
+    tight = plan(str(t), str(d), device="cpu", context=4096, budget_bytes=12 * GiB, candidate_drafts=[])
+    assert tight.recommendations and {r.target_quant for r in tight.recommendations} <= {"q8", "q4"}
+    f32 = plan(str(t), str(d), device="cpu", dtype="float32", context=4096, budget_bytes=64 * GiB,
+               candidate_drafts=[])
+    assert {r.target_quant for r in f32.recommendations} == {"none"}
+    gpu = plan(str(t), str(d), device="cuda", context=4096, budget_bytes=12 * GiB, candidate_drafts=[])
+    assert {r.target_quant for r in gpu.recommendations} <= {"none", "int8", "nf4", "nf4+dq"}

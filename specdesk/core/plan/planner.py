@@ -43,6 +43,9 @@ MAX_K = 32  # = specdesk.core.settings.MAX_K: k "auto" preallocates for it
 DEFAULT_CONTEXT = 4096
 NO_LIMIT_CONTEXT = 1 << 20  # engine.max_context for a config without max_position_embeddings
 TARGET_CHOICES = (QuantSpec("none"), QuantSpec("int8"), QuantSpec("nf4"), QuantSpec("nf4", True))
+# On a CPU specdesk's own q8 and q4 (core/int4.py), not bitsandbytes': its CPU layers ran the demo target at 1.6
+# tokens/s as int8 against ~88 unquantized; q8 and q4 are what "auto" loads on a CPU and faster than float
+CPU_TARGET_CHOICES = (QuantSpec("none"), QuantSpec("q8"), QuantSpec("q4"))
 MIN_USEFUL_CONTEXT = 256  # a configuration that fits only a shorter context is not recommended
 
 
@@ -106,7 +109,7 @@ class ModelPlan:
 @dataclass(frozen=True)
 class Recommendation:
     rank: int
-    target_quant: str  # QuantSpec label: none, int8, nf4, nf4+dq
+    target_quant: str  # QuantSpec label: none, int8, nf4, nf4+dq (a GPU); none, q8, q4 (a CPU)
     drafter: str  # model, ngram, phrases, none
     draft: str | None  # the draft's name (what to pass as --draft) for drafter "model"
     draft_quant: str
@@ -489,7 +492,8 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
         if candidate_drafts is None:
             candidate_drafts = find_candidate_drafts(str(target))
         recs = recommendations(t_a, [draft] if draft else [], list(candidate_drafts), d_spec, pdtype, device,
-                               context, k_int, budget, overheads, max_recommendations, widths)
+                               context, k_int, budget, overheads, max_recommendations, widths,
+                               own_quants=dtype in ("auto", "bfloat16"), stored=_gguf_quant(target, device, dtype))
     return Plan(target=t_plan, draft=d_plan, drafter=drafter, device=device, dtype=pdtype, context=context, k=k,
                 budget_bytes=budget, budget_source=budget_source,
                 overhead_rows=tuple(Row(label, b) for label, b in parts["fixed"]),
@@ -501,6 +505,19 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
 
 
 # ----------------------------------------------------------------------------- recommendations
+
+def _gguf_quant(target: str, device: str, dtype: str) -> str | None:
+    """q4 or q8 where ``target`` is a quantized GGUF file that "auto" loads so on ``device``, else None."""
+    from specdesk.core.loading import is_gguf, resolve, resolve_quant
+
+    try:
+        if not is_gguf(resolve(target)):
+            return None
+    except SpecdeskError:
+        return None
+    q = resolve_quant(target, "auto", device, dtype)
+    return q if q in OWN else None
+
 
 _TARGET_PHRASE = {
     "none": "unquantized target (its full quality)",
@@ -564,10 +581,21 @@ def _reason(c: _Candidate, prev: _Candidate | None, requested: int) -> str:
 def recommendations(target: ModelAnalysis, drafts: Sequence[str], candidates: Sequence[str], draft_quant: QuantSpec,
                     dtype: str, device: str, context: int, k: int, budget: int,
                     overheads: Overheads = DEFAULT_OVERHEADS, limit: int = 10,
-                    tree: tuple[int, ...] = ()) -> tuple[Recommendation, ...]:
+                    tree: tuple[int, ...] = (), own_quants: bool = True,
+                    stored: str | None = None) -> tuple[Recommendation, ...]:
     """Configurations that fit, best first (see the module docstring for the order). ``tree``: the draft's
-    sibling-tree widths, counted for draft models."""
-    t_choices = (QuantSpec("none"),) if target.prequantized else TARGET_CHOICES
+    sibling-tree widths, counted for draft models. On a CPU the target's choices are none, q8 and q4
+    (``own_quants`` False, a float dtype asked for, which q8 and q4 cannot keep: none only); ``stored``: a GGUF
+    file's own form on a CPU (q4 or q8, as "auto" loads it): nothing less quantized is offered, since widening the
+    file's codes adds bytes and no quality."""
+    if target.prequantized:
+        t_choices: tuple[QuantSpec, ...] = (QuantSpec("none"),)
+    elif device.startswith("cuda"):
+        t_choices = TARGET_CHOICES
+    else:
+        t_choices = CPU_TARGET_CHOICES if own_quants else (QuantSpec("none"),)
+        if stored in OWN and own_quants:
+            t_choices = tuple(c for c in t_choices if c.quality_rank >= QuantSpec(stored).quality_rank)
     draft_models: list[tuple[str, ModelAnalysis]] = []
     seen: set[str] = {target.path}
     for ref in [*drafts, *candidates]:
