@@ -154,3 +154,32 @@ def test_interrupt_writes_summary(tiny_target, tiny_draft, tmp_path):
     assert p.returncode == 130 and "Traceback" not in err
     gen = read_log(log).generations[0]
     assert gen.complete and gen.summary["stop_reason"] == "cancelled"
+
+
+FULL_DISK = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+             "resource.setrlimit(resource.RLIMIT_FSIZE, ({0}, {0})); from specdesk.cli import main; "
+             "sys.exit(main(sys.argv[1:]))")
+
+
+def test_a_log_the_disk_cannot_hold_stops_the_log_not_the_reply(tiny_target, tiny_draft, tmp_path):
+    """Writes past a file-size limit fail as on a full disk: the reply is printed whole, then one error line
+    (exit 2); the log keeps the lines written before. A log that cannot take even its header: refused first."""
+    from specdesk.core import kernels
+
+    kernels.library()  # built here first: the limit below would stop the build's own writes
+    log = tmp_path / "full.jsonl"
+    args = ["generate", "--target", str(tiny_target), "--draft", str(tiny_draft), "--prompt", "def f(x):",
+            "--max-new-tokens", "40", "--k", "2", "--device", "cpu", "--json", "--log", str(log)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", FULL_DISK.format(8000), *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("specdesk: error: the session log") and "stopped" in r.stderr
+    assert json.loads(r.stdout)["new_tokens"] == 40  # the whole reply
+    session = read_log(log)
+    assert session.generations and len(session.generations[0].steps) >= 1 and not session.generations[0].complete
+    small = tmp_path / "tiny.jsonl"
+    r = subprocess.run([sys.executable, "-c", FULL_DISK.format(100), *args[:-1], str(small)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2 and r.stderr.startswith("specdesk: error: cannot write the log file"), r.stderr
+    assert r.stdout == ""  # refused before generating

@@ -70,3 +70,40 @@ def test_user_errors_are_one_line(tmp_path, session_log, capsys):
     assert main(["report", str(session_log), "--csv", str(blocker / "out.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("specdesk: error: cannot write") and err.count("\n") == 1
+
+
+def test_a_run_appended_to_a_cut_log_keeps_both(session_log, tiny_target, tmp_path, capsys):
+    """A run killed mid-line, then another run with the same --log: the writer starts on a new line and both runs'
+    whole lines stay readable (before, the header was glued to the cut line and the report refused the file)."""
+    text = session_log.read_text()
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(text[: len(text) - 40])
+    assert main(["generate", "--target", str(tiny_target), "--prompt", PROMPT, "--max-new-tokens", "4",
+                 "--device", "cpu", "--drafter", "none", "--log", str(cut)]) == 0
+    assert cut.read_text()[len(text) - 40:].startswith('\n{"type":"header"')  # the new run on a line of its own
+    log = read_log(cut)
+    assert len(log.generations) == 3 and log.generations[2].summary["stats"]["new_tokens"] == 4
+    assert log.damaged == 1 and not log.truncated  # the cut summary line, skipped
+    assert main(["report", str(cut)]) == 0
+    assert "1 damaged line(s) skipped" in capsys.readouterr().out
+    # an older writer's file: the new header glued onto the cut line is recovered
+    glued = tmp_path / "glued.jsonl"
+    glued.write_text(text[: len(text) - 40] + text)
+    old = read_log(glued)
+    assert len(old.generations) == 4 and old.damaged == 1 and old.generations[3].summary is not None
+    assert [len(g.steps) for g in old.generations[2:]] == [len(g.steps) for g in read_log(session_log).generations]
+
+
+def test_odd_lines_in_a_log_are_skipped_not_fatal(session_log, tmp_path, capsys):
+    lines = session_log.read_text().splitlines()
+    odd = tmp_path / "odd.jsonl"
+    steps = [i for i, line in enumerate(lines) if '"type":"step"' in line]
+    lines[steps[0]] = lines[steps[0]].replace('"drafted":', '"drafted":null,"was":')
+    summaries = [i for i, line in enumerate(lines) if '"type":"summary"' in line]
+    lines[summaries[0]] = lines[summaries[0]].split('"stats":')[0] + '"stats":"x"}'
+    odd.write_text("\n".join(lines[:2] + ["[1, 2, 3]"] + lines[2:]) + "\n")
+    assert main(["report", str(odd), "--csv", str(tmp_path / "o.csv"), "--html", str(tmp_path / "o.html"),
+                 "--no-plots"]) == 0
+    assert read_log(odd).damaged == 1 and len(read_log(odd).generations) == 2
+    assert main(["report", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err

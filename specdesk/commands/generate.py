@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specdesk.commands.common import (add_model_args, add_sampling_args, end_progress, load_engine, tty_progress,
                                       use_own_draft)
-from specdesk.core.errors import BadSetting
+from specdesk.core.errors import BadSetting, SpecdeskError
 from specdesk.core.events import DoneEvent, StepEvent
 from specdesk.core.pairing import MODEL_DRAFTERS, resolve_drafter
 from specdesk.core.settings import GenerationSettings
@@ -104,8 +104,21 @@ def run(args: argparse.Namespace) -> int:
         from specdesk.core.sessionlog import SessionLogWriter
         from specdesk.hw.memory import memory_snapshot
 
-        writer = SessionLogWriter(args.log, engine.describe(), settings.to_dict(),
-                                  memory=lambda: memory_snapshot(engine.device))
+        try:
+            writer = SessionLogWriter(args.log, engine.describe(), settings.to_dict(),
+                                      memory=lambda: memory_snapshot(engine.device))
+        except OSError as e:
+            raise SpecdeskError(f"cannot write the log file {args.log}: {e.strerror or e}") from None
+    log_failed: list[str] = []
+
+    def log_write(write) -> None:  # a full disk stops the log, not the generation (the app's rule too)
+        if writer is None or log_failed:
+            return
+        try:
+            write()
+        except OSError as e:
+            log_failed.append(e.strerror or str(e))
+
     cancel = threading.Event()
     done = None
 
@@ -117,12 +130,10 @@ def run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, on_sigint) if threading.current_thread() is threading.main_thread() else None
     try:
         events = engine.stream(ids, settings=settings, cancel=cancel)
-        if writer is not None:
-            writer.begin(prompt, settings.to_dict(), engine.drafter, len(ids), chat_template=templated,
-                         system=args.system)
+        log_write(lambda: writer.begin(prompt, settings.to_dict(), engine.drafter, len(ids),
+                                       chat_template=templated, system=args.system))
         for ev in events:
-            if writer is not None:
-                writer.event(ev)
+            log_write(lambda: writer.event(ev))
             if isinstance(ev, StepEvent) and not args.json:
                 sys.stdout.write(ev.text)
                 sys.stdout.flush()
@@ -148,4 +159,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{s.new_tokens} tokens, {s.tokens_per_second or 0:.1f} tok/s, acceptance {rate}, "
               f"{s.mean_accepted_length or 0:.2f} tokens/step, drafter {engine.drafter}, stop: {done.stop_reason}"
               f"{', chat template' if templated else ''}]", file=sys.stderr)
+    if log_failed:
+        print(f"specdesk: error: the session log {args.log} stopped: {log_failed[0]} (the reply is whole; the log "
+              f"holds the lines written before)", file=sys.stderr)
+        return 2
     return 130 if done.stop_reason == "cancelled" else 0

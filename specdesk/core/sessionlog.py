@@ -48,11 +48,18 @@ class SessionLogWriter:
                  memory: Callable[[], dict] | None = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        cut = _ends_mid_line(self.path)
         self._f = self.path.open("a", encoding="utf-8")
+        if cut:  # an earlier run was killed mid-line: start this one on a line of its own
+            self._f.write("\n")
         self._memory = memory
         self._generation = -1
-        self._write({"type": "header", "format": FORMAT, "created": _now(), "versions": library_versions(),
-                     "platform": platform.platform(), **engine_info, "settings": settings or {}})
+        try:
+            self._write({"type": "header", "format": FORMAT, "created": _now(), "versions": library_versions(),
+                         "platform": platform.platform(), **engine_info, "settings": settings or {}})
+        except OSError:
+            self.close()
+            raise
 
     def _write(self, obj: dict) -> None:
         self._f.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -160,26 +167,55 @@ class SessionLog:
     header: dict
     generations: list[Generation]
     truncated: bool = False  # the last line was cut (the writer was killed mid-line)
+    damaged: int = 0  # lines before the last that were not a JSON object (skipped): an earlier run cut mid-line
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether ``path`` exists and its last byte is not a newline (a writer killed mid-line)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() == 0:
+                return False
+            f.seek(-1, os.SEEK_END)
+            return f.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+_HEADER_START = '{"type":"header"'
 
 
 def read_log(path: str | os.PathLike) -> SessionLog:
-    """Read a session log, tolerating a half-written last line. Raises ValueError for a non-log file."""
+    """Read a session log, tolerating a half-written last line, and damaged lines before it (a run killed
+    mid-line that a later run appended to: skipped and counted, a header glued onto one recovered). Raises
+    ValueError for a non-log file."""
     p = Path(path)
     header: dict | None = None
     gens: list[Generation] = []
     truncated = False
-    with p.open(encoding="utf-8") as f:
+    damaged = 0
+    with p.open(encoding="utf-8", errors="replace") as f:
         lines = f.read().split("\n")
+    last = max((n for n, line in enumerate(lines) if line.strip()), default=-1)
     for n, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
         except ValueError:
-            if n >= len(lines) - 2:  # only the very last line may be cut short
+            if n == last:  # a half-written last line
                 truncated = True
                 break
-            raise ValueError(f"{p.name}: line {n + 1} is not JSON") from None
+            at = line.find(_HEADER_START, 1)  # an older writer appended a run's header to the cut line
+            try:
+                obj = json.loads(line[at:]) if at > 0 else None
+            except ValueError:
+                obj = None
+            damaged += 1
+        if not isinstance(obj, dict):
+            damaged += obj is not None
+            continue
         kind = obj.get("type")
         if kind == "header":
             if header is None:
@@ -196,4 +232,4 @@ def read_log(path: str | os.PathLike) -> SessionLog:
             gens[-1].error = obj.get("message")
     if header is None or header.get("format", "").split("/")[0] != FORMAT.split("/")[0]:
         raise ValueError(f"{p.name} is not a specdesk session log")
-    return SessionLog(path=p, header=header, generations=gens, truncated=truncated)
+    return SessionLog(path=p, header=header, generations=gens, truncated=truncated, damaged=damaged)

@@ -27,6 +27,8 @@ CSV_FIELDS = ("generation", "drafter", "step", "drafted", "accepted", "k", "toke
 def open_log(path: str | os.PathLike) -> SessionLog:
     """read_log with the user's words for a missing or foreign file."""
     p = Path(path)
+    if p.is_dir():
+        raise SpecdeskError(f"{p} is a folder: give a session log file (.jsonl) in it")
     if not p.is_file():
         raise SpecdeskError(f"no such session log: {p}")
     try:
@@ -115,16 +117,23 @@ def write_csv(log: SessionLog, dest: str | os.PathLike) -> Path:
 
 # ----------------------------------------------------------------------------- summaries
 
+def _number(v) -> float:
+    """v where it is a number, else 0 (a field a damaged or hand-edited log holds as something else)."""
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+
+
 def generation_summary(g: Generation) -> dict:
     """The figures of one generation, from its summary line, or from its steps when it was cut short."""
-    st = (g.summary or {}).get("stats") or {}
+    st = (g.summary or {}).get("stats")
+    st = {k: v for k, v in st.items() if _number(v)} if isinstance(st, dict) else {}  # a damaged line's figures
     steps = g.steps
     new_tokens = st.get("new_tokens", sum(len(s.get("token_ids") or ()) for s in steps))
     forwards = st.get("target_forwards", len(steps))
-    drafted = st.get("drafted", sum(s.get("drafted", 0) for s in steps))
-    accepted = st.get("accepted", sum(s.get("accepted", 0) for s in steps))
-    seconds = st.get("decode_seconds", steps[-1].get("elapsed_s", 0.0) if steps else 0.0)
-    settings = g.info.get("settings") or {}
+    drafted = st.get("drafted", sum(_number(s.get("drafted")) for s in steps))
+    accepted = st.get("accepted", sum(_number(s.get("accepted")) for s in steps))
+    seconds = st.get("decode_seconds", _number(steps[-1].get("elapsed_s")) if steps else 0.0)
+    settings = g.info.get("settings")
+    settings = settings if isinstance(settings, dict) else {}
     drafter = g.info.get("drafter")
     return {"generation": g.index, "drafter": drafter, "k": settings.get("k") if drafter != "none" else None,
             "temperature": settings.get("temperature"), "prompt_tokens": g.info.get("prompt_tokens"),
@@ -285,6 +294,9 @@ def report_html(log: SessionLog, plots: bool = True) -> str:
     if log.truncated:
         parts.append("<p class=muted>The last line of this log was cut (the app was killed mid-write); "
                      "every completed line is included.</p>")
+    if log.damaged:
+        parts.append(f"<p class=muted>{log.damaged} damaged line(s) skipped (a run killed mid-line that a later "
+                     f"run appended to); every whole line is included.</p>")
     parts.append("<h2>Models and settings</h2><table><tr><th></th><th>model</th><th>quantization</th><th>dtype</th>"
                  "<th>parameters</th><th>device</th></tr>")
     parts.append(_model_row("target", h.get("target")) + _model_row("draft", h.get("draft")) + "</table>")
@@ -341,4 +353,6 @@ def summary_text(log: SessionLog) -> str:
         acc = f"{s['acceptance_rate']:.0%}" if s["acceptance_rate"] is not None else "-"
         out.write(f"generation {pos}: {s['drafter']}, {s['new_tokens']} tokens, {tps} tok/s, "
                   f"acceptance {acc}, stop {s['stop_reason']}\n")
+    if log.damaged:
+        out.write(f"note: {log.damaged} damaged line(s) skipped (a run killed mid-line, appended to later)\n")
     return out.getvalue()
