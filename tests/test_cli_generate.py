@@ -183,3 +183,16 @@ def test_a_log_the_disk_cannot_hold_stops_the_log_not_the_reply(tiny_target, tin
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2 and r.stderr.startswith("specdesk: error: cannot write the log file"), r.stderr
     assert r.stdout == ""  # refused before generating
+
+
+def test_prompts_that_are_not_utf8_are_one_line_errors(tiny_target):
+    """Undecodable bytes on standard input or in an argument (Python keeps them as lone surrogates) were the
+    tokenizer's TypeError and a traceback."""
+    r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--target", str(tiny_target), "--device", "cpu",
+                        "--max-new-tokens", "2", "--prompt-file", "-"], input=b"caf\xe9 \xff", cwd=ROOT,
+                       capture_output=True, timeout=300)
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith("specdesk: error: the prompt on standard input is not UTF-8"), r.stderr
+    r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--target", str(tiny_target), "--device", "cpu",
+                        "--max-new-tokens", "2", "--prompt", b"caf\xe9 \xff"], cwd=ROOT, capture_output=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.decode().startswith("specdesk: error: the prompt is not valid UTF-8 text")

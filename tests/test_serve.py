@@ -263,6 +263,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": "x", "logprobs": 3}, 400, "unsupported_parameter"),
     ("/v1/completions", {"max_tokens": 3}, 400, "missing_required_parameter"),
     ("/v1/completions", {"prompt": "x " * 900, "max_tokens": 500}, 400, "context_length_exceeded"),
+    ("/v1/completions", {"prompt": "\ud800 a lone surrogate", "max_tokens": 2}, 400, None),  # was a 500
     ("/v1/chat/completions", {"messages": []}, 400, "invalid_type"),
     ("/v1/chat/completions", {"messages": [{"role": "robot", "content": "hi"}]}, 400, "invalid_value"),
     ("/v1/nothing", {}, 404, "not_found"),

@@ -38,7 +38,12 @@ def read_prompt(args) -> str:
     if args.prompt is not None:
         return args.prompt
     if str(args.prompt_file) == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadSetting(f"the prompt on standard input is not UTF-8 text (byte {e.start}: "
+                             f"0x{data[e.start]:02x})") from None
     try:
         return args.prompt_file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:

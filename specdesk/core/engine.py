@@ -146,7 +146,7 @@ class Engine:
     def encode(self, prompt: str | list[int] | tuple[int, ...]) -> list[int]:
         """Text -> token ids (the tokenizer's own special tokens added); a list of ids is checked and kept."""
         if isinstance(prompt, str):
-            ids = self.tokenizer(prompt)["input_ids"]
+            ids = self.tokenizer(_utf8(prompt, "prompt"))["input_ids"]
         else:
             ids = [int(i) for i in prompt]
             bad = [i for i in ids if not (0 <= i < self.target.vocab)]
@@ -169,6 +169,9 @@ class Engine:
         """Token ids for a conversation, through the tokenizer's chat template."""
         if not self.has_chat_template:
             raise BadSetting(f"{self.target.name} has no chat template; use completion mode")
+        for m in messages:
+            if isinstance(m.get("content"), str):
+                _utf8(m["content"], f"{m.get('role', 'user')} message")
         out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if isinstance(out, dict) or hasattr(out, "keys"):
             out = out["input_ids"]
@@ -373,3 +376,14 @@ def load(target: str = "demo-target", draft: str | None = None, *, drafter: str 
     say("checking compatibility")
     return Engine(t, d, drafter, ngram_max=ngram_max, ngram_min=ngram_min, lean_draft=lean_draft,
                   lean_target=lean_target, phrases=table)
+
+
+def _utf8(text: str, what: str) -> str:
+    """``text`` where it is valid Unicode; a lone surrogate (undecodable bytes Python kept from a command line or a
+    pipe, or a JSON escape) is a one-line BadSetting, not the tokenizer's TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadSetting(f"the {what} is not valid UTF-8 text (an undecodable byte or a lone surrogate at character "
+                         f"{e.start}): save it as UTF-8") from None
+    return text
