@@ -177,3 +177,16 @@ def test_same_model_verdicts_kept_are_the_live_ones(tmp_path):
     assert discovery._live_verdicts(kept, new_a) == {discovery._same_key(b, db): False}
     b.unlink()
     assert discovery._live_verdicts(kept, new_a) == {}
+
+
+def test_drafts_for_a_target_that_cannot_load_is_one_line(tmp_path):
+    """A cut file or a folder without config.json as --drafts-for's target: the one line generate and plan give
+    (was a traceback from reading its tokenizer)."""
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(b"GGUF" + bytes(60))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for target in (cut, empty):
+        r = specdesk("models", "--drafts-for", str(target), env_extra={"SPECDESK_CONFIG_DIR": str(tmp_path / "c")})
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert r.stderr.startswith(f"specdesk: error: {target.name} cannot be a target")

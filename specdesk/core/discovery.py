@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specdesk.core import userdirs
-from specdesk.core.errors import SpecdeskError
+from specdesk.core.errors import BadModel, SpecdeskError
 from specdesk.core.loading import (DEMO_NAMES, TOKENIZER_FILES, bundled_models_dir, hf_cache_dir, is_gguf,
                                    read_config, resolve, weight_files)
 from specdesk.core.stheader import folder_tensors
@@ -562,6 +562,8 @@ def drafts_for(target: str, entries: list[ModelEntry] | None = None) -> list[Dra
 
     t_path = resolve(target)
     t_entry = describe_path(t_path, target, "target")
+    if not t_entry.usable:  # a cut file, a folder without config.json: the one line generate and plan give
+        raise BadModel(f"{display_name(target)} cannot be a target: {t_entry.reason}")
     t_digest = _tokenizer_digest(t_path)
     t_tok = t_shapes = None
     good, bad, own, kin = [], [], [], []
