@@ -18,8 +18,8 @@ from specdesk.core.sessionlog import read_log
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run(*args, timeout=300, **kw):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def run(*args, timeout=300, env_extra=None, **kw):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "specdesk", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env, **kw)
 
@@ -196,3 +196,14 @@ def test_prompts_that_are_not_utf8_are_one_line_errors(tiny_target):
     r = subprocess.run([sys.executable, "-m", "specdesk", "generate", "--target", str(tiny_target), "--device", "cpu",
                         "--max-new-tokens", "2", "--prompt", b"caf\xe9 \xff"], cwd=ROOT, capture_output=True, timeout=300)
     assert r.returncode == 2 and r.stderr.decode().startswith("specdesk: error: the prompt is not valid UTF-8 text")
+
+
+def test_a_cache_folder_that_cannot_be_made_leaves_torchs_kernels(tiny_target, tmp_path):
+    """SPECDESK_CACHE_DIR naming a file: the kernels cannot be built there; generation runs on torch's kernels and
+    says why (was a NotADirectoryError traceback)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    r = run("generate", "--target", str(tiny_target), "--device", "cpu", "--prompt", "x", "--max-new-tokens", "3",
+            "--drafter", "none", env_extra={"SPECDESK_CACHE_DIR": str(blocker)})
+    assert r.returncode == 0, r.stderr
+    assert "no place to build specdesk's own" in r.stderr and "Traceback" not in r.stderr

@@ -81,8 +81,12 @@ def _build(march: str, progress=None) -> tuple[ctypes.CDLL | None, str]:
     if not out.exists():
         if progress is not None:
             progress("building specdesk's CPU kernels for this machine (once, several seconds)")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+        except OSError as e:  # a cache folder that cannot be made or written: run torch's kernels, say why
+            return None, (f"torch's kernels: no place to build specdesk's own ({out.parent}: {e.strerror or e}; "
+                          f"set SPECDESK_CACHE_DIR to a writable folder)")
         os.close(fd)
         try:
             done = subprocess.run([cc, *flags, *map(str, SOURCES), "-o", tmp], capture_output=True, text=True, timeout=120)
