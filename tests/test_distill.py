@@ -342,6 +342,12 @@ def test_cli_errors_are_one_line(distilled, distill_target, tmp_path, capsys):
     assert r.returncode == 2 and "borrows" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("distill", "--target", str(distill_target), "--out", str(tmp_path / "x"), "--steps", "0")
     assert r.returncode == 2 and "--steps" in r.stderr
+    r = run("distill", "--target", str(distill_target), "--out", str(tmp_path / "x"), "--prompts", "0")
+    assert r.returncode == 2 and "--prompts must be at least 1" in r.stderr
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    r = run("distill", "--target", str(distill_target), "--out", str(a_file), "--steps", "3")
+    assert r.returncode == 2 and "is a file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_listed_first_for_its_target_and_planned_without_the_shared_tensors(distilled, distill_target, tmp_path):
@@ -417,3 +423,20 @@ def test_a_draft_quantization_asked_for_a_distilled_draft_is_not_applied_and_say
     recs = plan(str(distill_target), str(out), draft_quant="nf4", device="cpu", context=256,
                 budget_bytes=2**30).recommendations
     assert recs and not any(r.draft_quant != "none" for r in recs if r.drafter == "model")
+
+
+def test_a_run_stopped_before_it_made_anything_can_start_afresh(distill_target, tmp_path):
+    """Cancelled while the target loaded, a run leaves only its settings: a new run (other settings) may start there,
+    and --resume on it says there is nothing to resume rather than going on quietly."""
+    from specdesk.core.distill.pipeline import distill
+    from specdesk.core.distill.workdir import WorkDir
+
+    out = tmp_path / "d"
+    (out / ".distill").mkdir(parents=True)
+    (out / ".distill" / "settings.json").write_text('{"kind": "eagle", "prompts": "self"}')
+    assert not WorkDir(out).exists()
+    events = list(distill(small_config(distill_target, out, steps=2, train_prompts=16)))
+    assert events[-1].phase == "done" and WorkDir(out).exists()
+    fresh = tmp_path / "fresh"
+    events = list(distill(small_config(distill_target, fresh, steps=2, train_prompts=16, resume=True)))
+    assert events[0].message == f"nothing to resume in {fresh}: a new run starts" and events[-1].phase == "done"

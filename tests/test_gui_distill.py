@@ -15,8 +15,11 @@ def test_train_cancel_and_resume_from_the_dialog(qtbot, tmp_path):
     target = make_llama(tmp_path / "target", hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64, seed=3)
     dlg = DistillDialog(None, str(target), overrides={**SMALL, "steps": 100_000, "checkpoint_s": 0.0})
     qtbot.addWidget(dlg)
+    # a folder where a run was cancelled before it made anything (its settings only): Start, not Resume
+    (tmp_path / "draft" / ".distill").mkdir(parents=True)
+    (tmp_path / "draft" / ".distill" / "settings.json").write_text('{"kind": "eagle"}')
     dlg.out_edit.setText(str(tmp_path / "draft"))
-    assert dlg.start_button.isEnabled() and not dlg.resume_button.isEnabled()
+    assert dlg.start_button.isEnabled() and not dlg.resume_button.isEnabled() and dlg.kind.isEnabled()
     dlg.start_button.click()
     assert dlg.cancel_button.isEnabled()
     qtbot.waitUntil(lambda: dlg.last_event is not None and dlg.last_event.phase == "train"

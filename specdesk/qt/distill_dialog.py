@@ -164,8 +164,10 @@ class DistillDialog(QDialog):
             self.prompt_set.setCurrentIndex(self.prompt_set.findData("self"))
 
     def _update_buttons(self) -> None:
+        from specdesk.core.distill.workdir import WorkDir
+
         out = Path(self.out_edit.text()).expanduser()
-        can_resume = (out / ".distill" / "settings.json").exists()
+        can_resume = WorkDir(out).exists()  # settings alone (cancelled while the target loaded): start afresh
         if can_resume:  # a run goes on with the kind and the prompts it started with
             try:
                 settings = json.loads((out / ".distill" / "settings.json").read_text())

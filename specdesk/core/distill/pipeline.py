@@ -133,6 +133,11 @@ def _budget(cfg: DistillConfig) -> None:
         raise BadSetting(f"unknown draft kind {cfg.kind!r}: use draft or eagle")
     if cfg.skip_prompts < 0:
         raise BadSetting("--skip-prompts must be 0 or more")
+    if cfg.train_prompts < 1:
+        raise BadSetting("--prompts must be at least 1 (the replies the draft learns from)")
+    out = Path(cfg.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise BadSetting(f"--out {out} is a file: give a folder (it is made if missing)")
     if cfg.phrases_only:
         if cfg.kind != "draft" or cfg.init_from:
             raise BadSetting("--phrases-only trains nothing: it takes neither --kind eagle nor --init-from")
@@ -189,6 +194,8 @@ def distill(cfg: DistillConfig, cancel: threading.Event | None = None) -> Iterat
     work = WorkDir(out)
     if not cfg.resume and work.exists():
         raise BadSetting(f"{out} already holds a distillation; add --resume to go on with it, or choose another --out")
+    if cfg.resume and not work.exists():
+        yield DistillEvent("load", f"nothing to resume in {out}: a new run starts")
     yield DistillEvent("load", f"loading target {cfg.target}")
     source = resolve(cfg.target)
     sha = file_sha256(source)

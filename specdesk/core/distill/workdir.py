@@ -41,7 +41,12 @@ class WorkDir:
         return self.root / "checkpoint.pt"
 
     def exists(self) -> bool:
-        return self.settings_path.exists()
+        """Whether a run is here to resume: its settings and something it made (an answered shard, prompts written,
+        a checkpoint). A run stopped before any of that (cancelled while the target loaded) left only its settings:
+        a new run may start there with other ones."""
+        if not self.settings_path.exists():
+            return False
+        return any(p.is_file() and p != self.settings_path for p in self.root.rglob("*"))
 
     def start(self, settings: dict, resume: bool) -> None:
         """A new run writes its settings; a resumed one checks the data-shaping ones still match."""
@@ -71,8 +76,11 @@ class WorkDir:
         if not resume and self.exists():
             raise BadSetting(f"{self.root.parent} already holds a distillation; add --resume to go on with it, "
                              f"or choose another --out")
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.settings_path.write_text(json.dumps(settings, indent=2))
+        try:
+            self.data.mkdir(parents=True, exist_ok=True)
+            self.settings_path.write_text(json.dumps(settings, indent=2))
+        except OSError as e:
+            raise BadSetting(f"cannot make the work folder {self.root}: {e.strerror or e}") from None
 
     def shard_path(self, name: str) -> Path:
         return self.data / f"{name}.pt"
