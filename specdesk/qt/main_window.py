@@ -429,7 +429,8 @@ class MainWindow(QMainWindow):
                 self.chat.add_notice("Send a prompt first; Compare runs it again with plain decoding.")
             return
         _, done, _ = self._last_reply
-        self._pool = SpeedPool(done.stats.new_tokens, done.stats.decode_seconds)
+        self._pool = SpeedPool(done.stats.new_tokens, done.stats.decode_seconds,
+                               tokens_per_pass=done.stats.mean_accepted_length)
         self._same = True
         self._cancel = threading.Event()
         self._baseline = StepSeries()
@@ -588,6 +589,11 @@ class MainWindow(QMainWindow):
         self.health.compared(ratio)  # a measurement settles what the slow-drafting banner estimated
         each = (f" · the reply run again: {runs} run{'s' if runs > 1 else ''} each, alternating, pooled"
                 if pool.pooled else "")
+        if pool.remeasured:
+            each += " (measured again: one plain run beside the reply gave more than its tokens per pass allow)"
+        if pool.implausible():
+            each += (f" · ⚠ above what {pool.tokens_per_pass:.2f} tokens a pass allows: the machine's speed changed "
+                     f"during the runs (other work?); Compare again when it is quieter")
         msg = (f"Plain decoding: {plain_tps or 0:.1f} tok/s ({plain.stats.new_tokens} tokens, "
                f"{plain.stats.target_forwards} target passes) · speculative ({_drafter_label(req)}): "
                f"{spec_tps or 0:.1f} tok/s · " + (f"speed-up {ratio:.2f}×" if ratio else "speed-up n/a") + each)
