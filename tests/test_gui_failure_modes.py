@@ -113,6 +113,12 @@ def test_a_draft_that_slows_the_reply_raises_the_banner_and_its_fixes_apply(wind
     window.health.compared(1.14)
     assert b.isVisible() and b.kind == "info" and b.title.text() == "Drafting paid on this reply after all"
     assert "<b>1.14×</b>" in b.text.text() and not b.buttons
+    # inside the alarm's margin (acceptance just over the break-even, the reply level or a little faster): the
+    # banner does not say "slowing" beside 1.02x, nor "under" beside a higher acceptance
+    from dataclasses import replace
+
+    window.health._show_slow(replace(v, acceptance=v.break_even + 0.02, reply_speedup=1.02))
+    assert b.title.text() == "Drafting barely pays in this reply" and "is only just over the break-even" in b.text.text()
     window.health._show_slow(v)  # the warning again, for its fixes below
     b.buttons["Use k=auto"].click()
     assert window.controls.k() == "auto" and b.title.text() == "Applied" and not b.buttons

@@ -215,11 +215,15 @@ class HealthBanners(QWidget):
     def _show_slow(self, v) -> None:
         measured = "" if v.plain_measured else (" (plain decoding not measured yet: taken as no cheaper than "
                                                 "the smallest verify pass)")
-        text = (f"Acceptance {v.acceptance:.0%} is under the break-even {v.break_even:.0%} for this pair's "
+        where = "is under" if v.acceptance < v.break_even else "is only just over"  # the alarm falls 3 points over
+        text = (f"Acceptance {v.acceptance:.0%} {where} the break-even {v.break_even:.0%} for this pair's "
                 f"measured costs: {v.draft_ms:.2f} ms per drafted token, {v.verify_ms:.1f} ms to verify "
                 f"{v.k + 1} positions, {v.plain_ms:.1f} ms per plain step{measured}. This reply runs at about "
                 f"<b>{v.reply_speedup:.2f}×</b> the speed of plain decoding.")
-        self.slow.show_message("Drafting is slowing this reply", text, self._fixes(v.drafter), kind="warn")
+        # inside the alarm's margin (it falls 3 points over the break-even) the reply may run level or a little
+        # faster: say so, not "slowing" beside 1.02x
+        title = "Drafting is slowing this reply" if v.reply_speedup < 1.0 else "Drafting barely pays in this reply"
+        self.slow.show_message(title, text, self._fixes(v.drafter), kind="warn")
 
     def _applied(self, what: str, emit: Callable[[], None]) -> None:
         emit()
