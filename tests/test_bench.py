@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from specdesk.commands.bench import speedup_series
@@ -129,6 +130,20 @@ def test_bench_rejects_bad_options():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown category" in r.stderr
     assert goals([]) == []  # no rows: no goals, no crash
+
+
+def test_bench_outputs_that_cannot_be_written_fail_before_the_run(tmp_path):
+    """A folder, or a place no file can be made, as --json / --markdown / --plot: one line before anything runs
+    (they failed after the whole bench, or, for --plot, wrote nothing and said nothing)."""
+    for flag, path, needle in (("--json", tmp_path, "is a folder"),
+                               ("--markdown", Path("/proc/specdesk-bench.md"), "cannot write"),
+                               ("--plot", tmp_path / "missing" / "p.png", "does not exist")):
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--quick", flag, str(path)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.startswith("specdesk: error: ") and needle in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and time.perf_counter() - t0 < 60  # nothing was loaded or run
+    assert not Path("/proc/specdesk-bench.md").exists()
 
 
 def test_transformers_drafts_exactly_k_tokens(tiny_engine, monkeypatch):

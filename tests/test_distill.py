@@ -342,6 +342,10 @@ def test_cli_errors_are_one_line(distilled, distill_target, tmp_path, capsys):
     assert r.returncode == 2 and "borrows" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = run("distill", "--target", str(distill_target), "--out", str(tmp_path / "x"), "--steps", "0")
     assert r.returncode == 2 and "--steps" in r.stderr
+    # a bad setting for a target that has a draft of its own: the error is the only line (the "drafting with" note
+    # came first before)
+    r = run("generate", "--target", str(distill_target), "--prompt", "x", "--k", "-1")
+    assert r.returncode == 2 and r.stderr.startswith("specdesk: error: k must be") and r.stderr.count("\n") == 1
     r = run("distill", "--target", str(distill_target), "--out", str(tmp_path / "x"), "--prompts", "0")
     assert r.returncode == 2 and "--prompts must be at least 1" in r.stderr
     a_file = tmp_path / "a-file"

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from specdesk.commands.common import add_model_args
-from specdesk.core.errors import BadSetting
+from specdesk.commands.common import add_model_args, check_writable
+from specdesk.core.errors import BadSetting, SpecdeskError
 from specdesk.core.loading import OWN_QUANTS
 
 QUICK = dict(per_category=1, repeats=2, ks=(2, 4), hf_ks=(4,), hf_default=False, temps=(0.0, 0.7), max_new=48,
@@ -78,9 +78,8 @@ def run(args: argparse.Namespace) -> int:
         bad = [c for c in cats if c not in CATEGORIES]
         if bad:
             raise BadSetting(f"unknown category {bad[0]!r}: use {', '.join(CATEGORIES)}")
-    for out in (args.json, args.markdown, args.plot):
-        if out is not None and not out.parent.exists():
-            raise BadSetting(f"cannot write {out}: folder {out.parent} does not exist")
+    for out, flag in ((args.json, "--json"), (args.markdown, "--markdown"), (args.plot, "--plot")):
+        check_writable(out, flag)
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     use_own_draft(args, lambda m: say(f"specdesk: {m}"))  # the bench measures the draft `specdesk generate` takes
@@ -143,12 +142,15 @@ def run(args: argparse.Namespace) -> int:
             "also": [line for line in (against_defaults(rows),) if line]}
     md = markdown(rows, goal_list, meta)
     print(md)
-    if args.markdown:
-        args.markdown.write_text(md, encoding="utf-8")
-    if args.json:
-        args.json.write_text(json.dumps(to_json(rows, goal_list, meta, runs), indent=1), encoding="utf-8")
-    if args.plot:
-        plot_speedups(rows, args.plot, f"{meta['target']} + {meta['draft']} on {meta['device']}")
+    try:  # checked before the run; a disk that fills meanwhile still ends in one line (the table is printed above)
+        if args.markdown:
+            args.markdown.write_text(md, encoding="utf-8")
+        if args.json:
+            args.json.write_text(json.dumps(to_json(rows, goal_list, meta, runs), indent=1), encoding="utf-8")
+    except OSError as e:
+        raise SpecdeskError(f"cannot write {e.filename or 'the results'}: {e.strerror or e}") from None
+    if args.plot and not plot_speedups(rows, args.plot, f"{meta['target']} + {meta['draft']} on {meta['device']}"):
+        raise SpecdeskError(f"cannot write the plot {args.plot} (disk full or no permission?)")
     return 0
 
 
@@ -186,8 +188,8 @@ def speedup_series(rows) -> tuple[list[str], dict[str, list[float]]]:
     return cats, series
 
 
-def plot_speedups(rows, out: Path, title: str) -> None:
-    """Grouped bars of greedy speed-ups per category, drawn offscreen with pyqtgraph."""
+def plot_speedups(rows, out: Path, title: str) -> bool:
+    """Grouped bars of greedy speed-ups per category, drawn offscreen with pyqtgraph; whether the PNG was written."""
     import os
 
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
@@ -215,4 +217,4 @@ def plot_speedups(rows, out: Path, title: str) -> None:
     w.setLabel("left", "speed-up vs plain decoding (greedy)")
     exporter = pgex.ImageExporter(w.plotItem)
     exporter.parameters()["width"] = 900
-    exporter.export(str(out))
+    return bool(exporter.export(str(out)))

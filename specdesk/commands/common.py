@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
 from specdesk.core.loading import DTYPES, QUANTS
 from specdesk.core.pairing import DRAFTERS
@@ -113,3 +115,24 @@ def end_progress() -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
         sys.stderr.flush()
+
+
+def check_writable(path: Path | None, flag: str) -> None:
+    """Fail now, in one line, where ``path`` (an output a long command writes at its end) cannot be written: a folder,
+    a missing folder, no permission, a read-only place. A file that did not exist is made and removed again."""
+    if path is None:
+        return
+    from specdesk.core.errors import BadSetting
+
+    if path.is_dir():
+        raise BadSetting(f"{flag} {path} is a folder: give a file name")
+    if not path.parent.is_dir():
+        raise BadSetting(f"cannot write {path}: folder {path.parent} does not exist")
+    existed = path.exists()
+    try:
+        with path.open("a"):
+            pass
+        if not existed:
+            os.unlink(path)
+    except OSError as e:
+        raise BadSetting(f"cannot write {path}: {e.strerror or e}") from None

@@ -84,7 +84,8 @@ def record_peak(engine, context: int) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    use_own_draft(args, lambda m: print(f"specdesk: {m}", file=sys.stderr))
+    notes: list[str] = []  # said once the settings are known good: an error stays the only line
+    use_own_draft(args, notes.append)
     resolve_drafter(args.target, args.draft, args.drafter)  # contradictions fail before anything loads
     settings = settings_from(args)  # bad values fail here, before any model is loaded
     prompt = read_prompt(args)
@@ -97,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
             raise BadSetting(f"cannot write the log file {args.log}: {e.strerror or e}") from None
     if args.system is not None and args.raw:
         raise BadSetting("--system needs the chat template: leave out --raw or --system")
+    for note in notes:
+        print(f"specdesk: {note}", file=sys.stderr)
     progress = tty_progress()
     try:
         engine = load_engine(args, progress=progress)
