@@ -346,3 +346,17 @@ def test_a_request_may_choose_any_drafter_the_engine_knows():
     with pytest.raises(ApiError) as e:
         parse_request("chat", {**body, "specdesk": {"drafter": "eagle"}}, ("m",), 2048)
     assert e.value.param == "specdesk.drafter" and "model+lookup" in e.value.message
+
+
+def test_a_port_in_use_is_refused_before_the_models_load(tiny_target, tiny_draft):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "specdesk", "serve", "--target", str(tiny_target), "--draft",
+                            str(tiny_draft), "--device", "cpu", "--port", str(port)], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr == f"specdesk: error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+    assert "loading" not in r.stderr and "warming up" not in r.stderr  # refused before the pair loaded

@@ -42,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise BadSetting(f"--port must be 0..65535, got {args.port}")
     if not is_loopback(args.host) and not args.api_key:
         raise BadSetting(f"listening on {args.host} (not this machine only) needs --api-key")
+    _check_port(args.host, args.port)  # a port in use fails now, not after the models load
     with collector_paused():  # core/gcload.py: a faster load, and later collections skip the model's objects
         engine = load_engine(args, progress=say)
         say("warming up")
@@ -69,3 +70,24 @@ def run(args: argparse.Namespace) -> int:
         if server.log_path is not None:
             print(f"specdesk serve: session log {server.log_path}", file=sys.stderr, flush=True)
     return 0
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind and release ``host:port`` as the server will (address reuse on, as http.server sets it)."""
+    import socket
+
+    from specdesk.core.errors import BadSetting
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise BadSetting(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as e:
+            raise BadSetting(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
