@@ -5,6 +5,7 @@ reduced head."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -313,6 +314,16 @@ def test_standalone_export_is_an_ordinary_model(distilled, distill_target, tmp_p
     assert main(["distill", "--standalone", str(out), "--target", str(distill_target), "--out", str(tmp_path / "sa")]) == 0
     cfg = json.loads((tmp_path / "sa" / "config.json").read_text())
     assert "specdesk" not in cfg and cfg["num_hidden_layers"] == 1
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "sa" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask  # not safetensors' 0600
+    # vLLM cannot load the borrowing draft: export vllm names a standalone copy and says how to write it
+    from specdesk.core.plan.vllm import export_vllm
+
+    cmd, _, _ = export_vllm(str(distill_target), str(out), budget_bytes_per_gpu=24 * 2**30)
+    named = cmd.speculative_config["model"]
+    assert named.endswith(f"{out.name}-standalone") and named != str(out)
+    assert any("borrows its target's embeddings" in n and "specdesk distill --standalone" in n for n in cmd.notes)
     from transformers import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(tmp_path / "sa")

@@ -299,8 +299,12 @@ def export_standalone(path: Path, target_model, dest: Path) -> Path:
     full.load_state_dict(state, strict=False)
     if tied:
         full.tie_weights()
+    from specdesk.core.userdirs import usual_mode
+
     dest = Path(dest)
     full.save_pretrained(dest)
+    for weights in dest.glob("*.safetensors"):
+        usual_mode(weights)  # safetensors writes 0600: the usual mode, as a distilled folder gets
     for name in TOKENIZER_NAMES:
         if (Path(path) / name).exists() and name != "generation_config.json":
             shutil.copy(Path(path) / name, dest / name)

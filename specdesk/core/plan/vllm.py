@@ -72,8 +72,10 @@ def model_ref(ref: str, path: str) -> str:
 
 def build(p: Plan, par: ParallelPlan, *, target_ref: str, draft_ref: str | None, best: BestK,
           k: int | None = None, ngram: tuple[int, int] = (4, 2), port: int = 8000,
-          served_model_name: str | None = None) -> VllmCommand:
-    """The command for plan ``p`` split as ``par``; ``k`` overrides the measured best k."""
+          served_model_name: str | None = None, standalone: tuple[str, str, bool] | None = None) -> VllmCommand:
+    """The command for plan ``p`` split as ``par``; ``k`` overrides the measured best k. ``standalone``: for a
+    distilled draft that borrows its target's tensors (which vLLM cannot load), the standalone copy's folder, the
+    command that writes it, and whether it is there already."""
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise BadSetting(f"k for vLLM must be a whole number of at least 1, got {k!r}")
     limits: list[str] = []
@@ -109,7 +111,13 @@ def build(p: Plan, par: ParallelPlan, *, target_ref: str, draft_ref: str | None,
     source = "given (--k)" if k is not None else (best.source if best.k else
                                                   f"{best.source}: k={DEFAULT_K}, specdesk's default")
     if p.drafter == "model" and p.draft is not None:
-        spec = {"method": "draft_model", "model": model_ref(draft_ref or p.draft.path, p.draft.path),
+        draft_model = model_ref(draft_ref or p.draft.path, p.draft.path)
+        if standalone is not None:
+            draft_model, how, there = standalone
+            notes.insert(0, f"the draft {p.draft.name} borrows its target's embeddings and head (specdesk's form), "
+                            f"which vLLM cannot load: the command names its standalone copy {draft_model}"
+                            + ("" if there else f", which is not written yet: {how}"))
+        spec = {"method": "draft_model", "model": draft_model,
                 "num_speculative_tokens": chosen, "draft_tensor_parallel_size": par.draft_tensor_parallel,
                 "max_model_len": p.context}
         dq = p.draft.quant
@@ -164,6 +172,21 @@ def export_vllm(target: str, draft: str | None = None, *, drafter: str | None = 
     par = split(p, gpus, budget_bytes_per_gpu)
     best = best_k(p.target.path, p.drafter, p.draft.path if p.draft else None,
                   logs_dir if logs_dir is not None else userdirs.logs_dir())
+    standalone = None
+    if p.drafter == "model" and p.draft is not None and _borrows(Path(p.draft.path)):
+        out = userdirs.data_dir() / "standalone" / f"{Path(p.draft.path).name}-standalone"
+        how = shlex.join(["specdesk", "distill", "--standalone", p.draft.path, "--target", target, "--out", str(out)])
+        standalone = (str(out), how, (out / "config.json").exists())
     cmd = build(p, par, target_ref=target, draft_ref=draft if p.drafter == "model" else None, best=best, k=k,
-                ngram=ngram, port=port, served_model_name=served_model_name)
+                ngram=ngram, port=port, served_model_name=served_model_name, standalone=standalone)
     return cmd, p, par
+
+
+def _borrows(folder: Path) -> bool:
+    """Whether a draft folder is a distilled draft that borrows its target's tensors (its config says so)."""
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    own = cfg.get("specdesk") if isinstance(cfg, dict) else None
+    return isinstance(own, dict) and bool(own.get("borrows"))
