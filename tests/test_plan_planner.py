@@ -234,3 +234,18 @@ def test_cpu_recommendations_offer_specdesks_own_quantizations(llama_pair):
     assert {r.target_quant for r in f32.recommendations} == {"none"}
     gpu = plan(str(t), str(d), device="cuda", context=4096, budget_bytes=12 * GiB, candidate_drafts=[])
     assert {r.target_quant for r in gpu.recommendations} <= {"none", "int8", "nf4", "nf4+dq"}
+
+
+def test_pairs_the_load_refuses_are_not_planned(tmp_path):
+    """A draft whose tokenizer the load refuses, or a distilled draft as the target: the load's one line, not a plan
+    that says the pair fits. Config-only folders (no tokenizer yet) are planned as before."""
+    from conftest import swapped_token_copy
+
+    from specdesk.core.errors import BadModel, IncompatibleDraft
+
+    odd = swapped_token_copy(Path(analyze("demo-draft").path), tmp_path / "odd-draft")
+    with pytest.raises(IncompatibleDraft, match="token id 500"):
+        plan("demo-target", str(odd), device="cpu", budget_bytes=8 * GiB, recommend=False)
+    bundled = Path(__file__).resolve().parent.parent / "resources/models/smollm2-135m-instruct-draft"
+    with pytest.raises(BadModel, match="borrows its target's embeddings"):
+        plan(str(bundled), drafter="none", device="cpu", budget_bytes=8 * GiB, recommend=False)

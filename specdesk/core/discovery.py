@@ -525,6 +525,14 @@ def _tokenizer(path: Path):
     return _tokenizers[key]
 
 
+def read_tokenizer(path: Path):
+    """A resolved model's tokenizer (cached), or None where it has none to read (a config-only folder)."""
+    try:
+        return _tokenizer(Path(path))
+    except (SpecdeskError, OSError, ValueError):
+        return None
+
+
 def _tokenizer_digest(path: Path) -> str | None:
     if is_gguf(path):  # every tokenizer.* value of the header, byte for byte
         from specdesk.core.models.ggufheader import read_gguf_header

@@ -389,6 +389,7 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     candidate_drafts: draft refs to consider for recommendations; None asks model discovery.
     Raises SpecdeskError subclasses (one-line messages) for bad input.
     """
+    given_draft = draft
     if budget_bytes is None:
         raise BadSetting("no memory budget: give one (specdesk.hw.memory.memory_budget reads the device's)")
     if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, (int, float)) or budget_bytes <= 0:
@@ -430,7 +431,12 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
     pdtype = resolve_plan_dtype(dtype, device)
 
     t_a = analyze(target)
+    if t_a.borrows:  # as the load refuses it
+        raise BadModel(f"{t_a.name} is a distilled draft that borrows its target's embeddings: plan it as the draft "
+                       f"of that target (or write a standalone copy: specdesk distill --standalone)")
     d_a = analyze(draft) if draft is not None else None
+    if d_a is not None and given_draft is not None:
+        _check_pair(str(target), str(draft))
     notes: list[str] = [own_note] if own_note else []
     for a, spec in ((t_a, t_spec), (d_a, d_spec)):
         if a is not None and a.prequantized and spec.method != "none":
@@ -502,6 +508,19 @@ def plan(target: str, draft: str | None = None, *, drafter: str | None = None,
                 recommendations=recs, measured=measured, measured_bytes=measured_bytes,
                 measured_estimate_bytes=measured_estimate, overheads=overheads,
                 notes=tuple(notes))
+
+
+def _check_pair(target: str, draft: str) -> None:
+    """The tokenizer check the load makes (core/compat.py), where both models' tokenizers are here: a pair that
+    `specdesk generate` refuses is not planned as fitting. Config-only folders (planning before a download) pass."""
+    from specdesk.core.compat import check_tokenizers
+    from specdesk.core.discovery import display_name, read_tokenizer
+    from specdesk.core.loading import resolve
+
+    t_tok, d_tok = read_tokenizer(resolve(target)), read_tokenizer(resolve(draft))
+    if t_tok is None or d_tok is None:
+        return
+    check_tokenizers(t_tok, d_tok, display_name(target), display_name(draft)).raise_if_bad()
 
 
 # ----------------------------------------------------------------------------- recommendations
