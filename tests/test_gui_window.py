@@ -501,3 +501,21 @@ def test_killing_the_app_mid_generation_loses_no_completed_step(env_dirs, tmp_pa
     assert g.summary is None  # killed mid-generation
     assert len(g.steps) >= shown + 1  # every step the GUI had shown is on disk
     assert [s["index"] for s in g.steps] == list(range(len(g.steps)))
+
+
+def test_a_bad_model_on_the_command_line_is_named_so_and_the_demo_pair_loads(qtbot, env_dirs):
+    from specdesk.qt.main_window import MainWindow
+    from specdesk.qt.worker import LoadRequest
+
+    win = MainWindow()
+    qtbot.addWidget(win)
+    with qtbot.waitSignal(win.engine_ready, timeout=WAIT_MS):
+        win.load_pair(LoadRequest("/no/such/model.gguf", None, "ngram"), startup=True, asked=True)
+    said = [t.spans[0].text for t in win.chat.turns if t.role == "error"]
+    assert any(s.startswith("Could not load the models given on the command line (no such model") and s.endswith("the demo pair loaded instead.") for s in said), said
+    assert win.info.request.target == "demo-target"
+    # the demo pair has no table of phrases: that drafter is greyed out with its own reason, not "load a draft model"
+    box = win.controls.drafter_box
+    item = box.model().item(box.findData("phrases"))
+    assert not item.isEnabled() and item.toolTip().startswith("needs a table of this model's phrases")
+    win.close()

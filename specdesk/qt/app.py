@@ -88,7 +88,8 @@ def run_app(target: str | None = None, draft: str | None = None) -> int:
 
     win = MainWindow()
     win.show()
-    win.load_pair(startup_request(target, draft, win.saved_pair()), startup=True)
+    win.load_pair(startup_request(target, draft, win.saved_pair()), startup=True,
+                  asked=target is not None or draft is not None)
     return int(app.exec())
 
 

@@ -31,6 +31,14 @@ def _label(text: str, tip: str) -> QLabel:
     return lab
 
 
+# why a drafter is greyed out: the model drafters need a draft model; the phrases need a table of this target's
+_UNAVAILABLE = {
+    "model": "load a draft model to use it (Models → Choose models…)",
+    "phrases": "needs a table of this model's phrases: a draft distilled for it brings one, or Tools → Train a draft "
+               "for this model… (Kind: phrases only) counts one in minutes",
+}
+
+
 class ControlsPanel(QWidget):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -102,7 +110,7 @@ class ControlsPanel(QWidget):
             key = self.drafter_box.itemData(i)
             item = model.item(i)
             item.setEnabled(key in drafters)
-            item.setToolTip("" if key in drafters else "load a draft model to use it (Models → Choose models…)")
+            item.setToolTip("" if key in drafters else _UNAVAILABLE.get(key, _UNAVAILABLE["model"]))
         want = preferred if preferred in drafters else (drafters[0] if drafters else "none")
         if self.drafter() not in drafters or preferred in drafters:
             self.drafter_box.setCurrentIndex(self.drafter_box.findData(want))

@@ -72,6 +72,8 @@ class MainWindow(QMainWindow):
         self.last_error: str | None = None
         self.request: LoadRequest = DEMO_PAIR
         self._startup_request: LoadRequest | None = None
+        self._startup_asked = False
+        self._fallback_notice: str | None = None  # why the demo pair loaded instead of the asked pair
         self._cancel = threading.Event()
         self._load_cancel = threading.Event()
         self._tag = 0
@@ -283,12 +285,15 @@ class MainWindow(QMainWindow):
 
     # ================================================================= loading
 
-    def load_pair(self, req: LoadRequest, startup: bool = False) -> None:
+    def load_pair(self, req: LoadRequest, startup: bool = False, asked: bool = False) -> None:
+        """Load ``req``; ``startup``: the app's first load (on failure the demo pair loads instead), ``asked``: named
+        on the command line rather than the pair saved from the last session."""
         if self.state in ("generating", "comparing", "stopping", "loading"):
             self._error("Busy", "Wait for the current reply to finish (or press Stop) before loading models.")
             return
         self.request = req
         self._startup_request = req if startup else None
+        self._startup_asked = asked
         self.info = None
         self.log_path = None
         self._load_cancel = threading.Event()
@@ -353,6 +358,9 @@ class MainWindow(QMainWindow):
                f" The draft was distilled for {d['distilled_for']}, the same model in another file." if
                d.get("distilled_for") else "")
         self.chat.add_notice(f"Loaded {info.pair_label} on {info.device}: {mode}.{own}")
+        if self._fallback_notice:  # the new chat above cleared the failure's notice: say it again, below the load's
+            self.chat.add_notice(self._fallback_notice, error=True)
+            self._fallback_notice = None
         self._set_state("idle")
         self._save_settings()
         self.engine_ready.emit(info)
@@ -364,7 +372,9 @@ class MainWindow(QMainWindow):
         startup = self._startup_request
         self._startup_request = None
         if startup is not None and startup != DEMO_PAIR:
-            self.chat.add_notice(f"Could not load the last pair ({msg}); loading the demo pair instead.", error=True)
+            what = "the models given on the command line" if self._startup_asked else "the last pair"
+            self._fallback_notice = f"Could not load {what} ({msg}); the demo pair loaded instead."
+            self.chat.add_notice(f"Could not load {what} ({msg}); loading the demo pair instead.", error=True)
             self.load_pair(DEMO_PAIR)
             return
         self.load_error.emit(msg)
