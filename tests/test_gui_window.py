@@ -519,3 +519,24 @@ def test_a_bad_model_on_the_command_line_is_named_so_and_the_demo_pair_loads(qtb
     item = box.model().item(box.findData("phrases"))
     assert not item.isEnabled() and item.toolTip().startswith("needs a table of this model's phrases")
     win.close()
+
+
+def test_adding_a_folder_without_a_model_says_so(window, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QFileDialog
+
+    from specdesk.core import userdirs
+
+    empty = tmp_path / "no-models-here"
+    empty.mkdir()
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(empty))
+    window.last_error = None
+    window._add_folder()
+    assert window.last_error and "holds no model specdesk can load" in window.last_error
+    assert str(empty) in userdirs.added_folders()  # remembered all the same
+    demo = Path(__file__).resolve().parent.parent / "resources/models/demo-draft"
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *a, **k: str(demo))
+    window.last_error = None
+    window._add_folder()
+    assert window.last_error is None and window.statusBar().currentMessage().endswith("1 model, listed in Models → Choose models…")
+    userdirs.remove_folder(str(empty))
+    userdirs.remove_folder(str(demo))

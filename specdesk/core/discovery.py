@@ -253,6 +253,15 @@ def discover(include_hf_cache: bool = True, include_stores: bool = True) -> list
     return _without_repeats(entries)
 
 
+def folder_entries(folder: str | os.PathLike) -> list[ModelEntry]:
+    """The models an added folder (or GGUF file) holds, as discover() lists them (unusable ones with why)."""
+    p = Path(folder)
+    if p.is_file():
+        e = describe_gguf(p, str(folder), "added")
+        return [e] if e is not None else []
+    return _folder_entries(p, str(folder), "added") if p.is_dir() else []
+
+
 def _bundled_drafts(bundled: Path) -> list[Path]:
     try:
         return sorted(p for p in bundled.iterdir()

@@ -763,8 +763,18 @@ class MainWindow(QMainWindow):
     def _add_folder(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Add a model folder")
         if folder:
+            from specdesk.core.discovery import folder_entries
+
             userdirs.add_folder(folder)
-            self.statusBar().showMessage(f"Added {folder}; it is listed in Models → Choose models…", 6000)
+            found = folder_entries(folder)
+            usable = [e for e in found if e.usable]
+            if usable:
+                self.statusBar().showMessage(f"Added {folder}: {len(usable)} model{'s' if len(usable) > 1 else ''}, "
+                                             f"listed in Models → Choose models…", 6000)
+            else:  # say so now, not only as an "unusable" row in the Models dialog
+                why = found[0].reason if found else "no model folder or GGUF file in it"
+                self._error("No model in this folder", f"{folder} holds no model specdesk can load ({why}). It is "
+                            f"remembered, so models put there later are listed; Models → Choose models… shows it.")
 
     def open_log_dialog(self) -> None:
         folder = userdirs.logs_dir()
