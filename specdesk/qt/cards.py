@@ -2,7 +2,56 @@
 
 from __future__ import annotations
 
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
+
+VALUE_PT = 17  # theme.py's cardValue size: the most a figure takes
+MIN_VALUE_PT = 9
+
+
+class FitLabel(QLabel):
+    """A label that never clips its text in a narrow card (a small window, a wide plot pane): the figure shrinks
+    (``shrink``), anything else ends in … with the whole text as its tooltip. ``text()`` is always the whole text."""
+
+    def __init__(self, text: str = "", shrink: bool = False) -> None:
+        super().__init__(text)
+        self._full = text
+        self._shrink = shrink
+        self._pt = VALUE_PT
+
+    def text(self) -> str:  # noqa: D102 - the whole text, whatever is shown
+        return self._full
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        self._full = text
+        self._fit()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._fit()
+
+    def _fit(self) -> None:
+        width = self.contentsRect().width()
+        if width <= 0 or not self._full:
+            QLabel.setText(self, self._full)
+            return
+        if self._shrink:
+            font = QFont(self.font())
+            pt = VALUE_PT
+            while pt > MIN_VALUE_PT:
+                font.setPointSize(pt)
+                if QFontMetrics(font).horizontalAdvance(self._full) <= width:
+                    break
+                pt -= 1
+            if pt != self._pt:  # a style of its own (the theme's style sheet sets the size, not setFont)
+                self._pt = pt
+                self.setStyleSheet("" if pt == VALUE_PT else f"font-size: {pt}pt;")
+            QLabel.setText(self, self._full)
+            return
+        shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width)
+        QLabel.setText(self, shown)
+        self.setToolTip(self._full if shown != self._full else "")
 
 
 class MetricCard(QFrame):
@@ -10,11 +59,11 @@ class MetricCard(QFrame):
         super().__init__(parent)
         self.setObjectName("card")
         self.setToolTip(tip)
-        self.title = QLabel(title)
+        self.title = FitLabel(title)
         self.title.setObjectName("cardTitle")
-        self.value = QLabel("–")
+        self.value = FitLabel("–", shrink=True)
         self.value.setObjectName("cardValue")
-        self.detail = QLabel("")
+        self.detail = FitLabel("")
         self.detail.setObjectName("muted")
         lay = QVBoxLayout(self)
         lay.setContentsMargins(12, 8, 12, 8)

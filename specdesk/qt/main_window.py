@@ -25,7 +25,7 @@ from specdesk.core.kernels import OWN as OWN_KERNELS
 from specdesk.core.pairing import MODEL_DRAFTERS, default_drafter
 from specdesk.core.speedpool import SpeedPool
 from specdesk.qt import theme
-from specdesk.qt.cards import MetricCards
+from specdesk.qt.cards import FitLabel, MetricCards
 from specdesk.qt.chat import ChatView, Footer, Span, WordBuffer
 from specdesk.qt.controls import AUTO_K, ControlsPanel
 from specdesk.qt.health import HealthBanners
@@ -117,7 +117,7 @@ class MainWindow(QMainWindow):
         self.highlight_box = QCheckBox("Colour accepted draft tokens")
         self.highlight_box.setChecked(True)
         self.highlight_box.toggled.connect(self._toggle_highlight)
-        self.mode_label = QLabel("")
+        self.mode_label = FitLabel("")
         self.mode_label.setObjectName("muted")
         legend = QHBoxLayout()
         legend.setSpacing(10)
@@ -164,7 +164,7 @@ class MainWindow(QMainWindow):
         lv.addLayout(buttons)
         lv.addWidget(self.controls)
 
-        self.pair_label = QLabel("No model loaded")
+        self.pair_label = FitLabel("No model loaded")  # a long pair's name ends in … (tooltip: the whole name)
         self.pair_label.setObjectName("pair")
         change = QPushButton("Models…")
         change.clicked.connect(self.open_picker)
@@ -331,7 +331,6 @@ class MainWindow(QMainWindow):
             preferred = default_drafter(True)
         self.controls.set_available_drafters(info.drafters, preferred)
         self.pair_label.setText(info.pair_label)
-        self.pair_label.setToolTip(info.pair_label)
         kernels = info.description.get("cpu_kernels")  # which CPU kernels run (core/kernels), and why
         own = kernels is not None and kernels.startswith(OWN_KERNELS)
         self.device_label.setText(f"device: {info.device}" + ("" if kernels is None else

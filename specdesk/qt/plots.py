@@ -217,6 +217,9 @@ class PlotsPanel(QWidget):
             self.hist_plot.getPlotItem().getAxis("bottom").setTicks(
                 [[(i, str(i)) for i in range(0, len(counts), step)]])
             self.hist_plot.setYRange(0, top * 1.08, padding=0)
+            ystep = max(1, -(-top // 5))  # counts of steps: whole numbers (pyqtgraph drew 0.5, 1.5 under 3)
+            self.hist_plot.getPlotItem().getAxis("left").setTicks(
+                [[(v, str(v)) for v in range(0, top + 1, ystep)], []])
 
     def histogram_counts(self) -> list[int]:
         """Steps per number of accepted draft tokens, over 0..k."""
