@@ -190,3 +190,14 @@ def test_drafts_for_a_target_that_cannot_load_is_one_line(tmp_path):
         r = specdesk("models", "--drafts-for", str(target), env_extra={"SPECDESK_CONFIG_DIR": str(tmp_path / "c")})
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert r.stderr.startswith(f"specdesk: error: {target.name} cannot be a target")
+
+
+def test_models_add_and_remove_say_what_they_did(tmp_path):
+    env = {"SPECDESK_CONFIG_DIR": str(tmp_path / "cfg")}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = specdesk("models", "--add", str(empty), "--json", env_extra=env)
+    assert r.returncode == 0 and "holds no model specdesk can load yet" in r.stderr  # remembered, with a note
+    r = specdesk("models", "--remove", str(tmp_path / "never-added"), "--json", env_extra=env)
+    assert r.returncode == 2 and "is not a remembered folder" in r.stderr and str(empty) in r.stderr
+    assert specdesk("models", "--remove", str(empty), "--json", env_extra=env).returncode == 0

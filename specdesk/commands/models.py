@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from specdesk.core import userdirs
 from specdesk.core.discovery import discover, drafts_for
@@ -34,8 +35,19 @@ def run(args: argparse.Namespace) -> int:
         if not p.is_dir() and not is_gguf_file(p):
             raise BadModel(f"no such folder or GGUF file: {p}")
         userdirs.add_folder(p)
+        from specdesk.core.discovery import folder_entries
+
+        found = folder_entries(p)
+        if not any(e.usable for e in found):  # remembered all the same: models put there later are listed
+            why = found[0].reason if found else "no model folder or GGUF file in it"
+            print(f"specdesk: note: {p} holds no model specdesk can load yet ({why})", file=sys.stderr)
     if args.remove:
-        userdirs.remove_folder(args.remove)
+        before = userdirs.added_folders()
+        if len(userdirs.remove_folder(args.remove)) == len(before):
+            from specdesk.core.errors import BadSetting
+
+            listed = ", ".join(before) if before else "none"
+            raise BadSetting(f"{args.remove} is not a remembered folder (remembered: {listed})")
     if args.drafts_for:
         from specdesk.core import phrases
 
