@@ -129,6 +129,9 @@ def test_bench_rejects_bad_options():
     r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--categories", "poetry"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown category" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "specdesk", "bench", "--lookup-k", "0"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--lookup-k must be between 1 and 16" in r.stderr
     assert goals([]) == []  # no rows: no goals, no crash
 
 

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
             raise BadSetting(f"--ks must be comma-separated whole numbers, not {args.ks!r}") from None
         if any(k < 1 or k > 16 for k in cfg["ks"]):
             raise BadSetting("--ks values must be between 1 and 16")
+    if not 1 <= args.lookup_k <= 16:  # 0 drafted nothing: a row of plain decoding named prompt lookup
+        raise BadSetting(f"--lookup-k must be between 1 and 16, got {args.lookup_k}")
     if args.greedy_only:
         cfg["temps"] = (0.0,)
     cats = CATEGORIES  # chat only where the target has a chat template (checked once it is loaded)
