@@ -24,7 +24,7 @@ class VllmDialog(QDialog):
         self.budget.setValue(self._default_budget())
         self.context = QSpinBox()
         self.context.setRange(0, 1 << 20)
-        self.context.setSpecialValueText("model's (up to 4096)")
+        self.context.setSpecialValueText("4096, or the model's maximum if smaller")
         form = QFormLayout()
         form.addRow("GPUs", self.gpus)
         form.addRow("Memory", self.budget)

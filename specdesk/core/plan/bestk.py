@@ -76,8 +76,9 @@ def best_k(target_path: str | os.PathLike, drafter: str, draft_path: str | os.Pa
     if rates:
         k = max(rates, key=rates.get)
         return BestK(k, f"the fastest k in this pair's session logs: {rates[k]:.1f} tokens/s at k={k} "
-                        f"({used} generations, k measured: {', '.join(map(str, rates))})", rates)
+                        f"({used} generation{'s' if used != 1 else ''}, k measured: {', '.join(map(str, rates))})", rates)
     if auto_k:
         k = max(1, round(sum(auto_k) / len(auto_k)))
-        return BestK(k, f"the mean k adaptive k chose in this pair's session logs ({len(auto_k)} generations)", {})
+        return BestK(k, f"the mean k adaptive k chose in this pair's session logs ({len(auto_k)} generation"
+                        f"{'s' if len(auto_k) != 1 else ''})", {})
     return BestK(None, "no session logs of this pair", {})
