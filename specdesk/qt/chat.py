@@ -293,6 +293,14 @@ class ChatView(QTextBrowser):
         bar = self.verticalScrollBar()
         return bar.value() >= bar.maximum() - 4
 
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        # a banner appearing above the chat makes it shorter: a view that showed the end keeps showing it (the new
+        # reply went below the view, seen on X11)
+        stick = self._at_bottom()
+        super().resizeEvent(event)
+        if stick and event.size().height() < event.oldSize().height():
+            self._scroll_to_bottom()
+
     def _scroll_to_bottom(self) -> None:
         bar = self.verticalScrollBar()
         bar.setValue(bar.maximum())
