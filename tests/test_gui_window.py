@@ -540,3 +540,21 @@ def test_adding_a_folder_without_a_model_says_so(window, tmp_path, monkeypatch):
     assert window.last_error is None and window.statusBar().currentMessage().endswith("1 model, listed in Models → Choose models…")
     userdirs.remove_folder(str(empty))
     userdirs.remove_folder(str(demo))
+
+
+def test_the_cards_show_a_batch_of_steps_whole_not_its_first(window, qtbot):
+    """Steps that reach the window together (a busy host delivers them in batches) are all counted before the cards
+    redraw: drawn at the first of a batch, the cards read 10 tokens beside a histogram of 97 steps."""
+    from specdesk.core.events import StepEvent
+    from specdesk.qt.worker import GenerateRequest
+
+    window.new_chat()
+    window.plots.new_generation()
+    window._active = GenerateRequest(10_000, "reply", window.controls.settings(), "model", prompt="x")
+    window._cards_shown = 0.0
+    for i in range(40):  # one batch: no event loop turn between them
+        window._on_event(10_000, StepEvent(i, (5, 6), 2, 1, 2, 0.001, 0.002, 0.003, 0.003 * (i + 1), 10 + 2 * i,
+                                           "a", "b"))
+    qtbot.waitUntil(lambda: window.cards.per_step.detail.text() == "40 target passes", timeout=2000)
+    assert window.cards.tps.detail.text() == "80 tokens"
+    window._active = None

@@ -74,6 +74,7 @@ class MainWindow(QMainWindow):
         self._startup_request: LoadRequest | None = None
         self._startup_asked = False
         self._fallback_notice: str | None = None  # why the demo pair loaded instead of the asked pair
+        self._cards_due = False  # the cards' redraw is queued behind the steps that arrived with it
         self._cancel = threading.Event()
         self._load_cancel = threading.Event()
         self._tag = 0
@@ -508,11 +509,12 @@ class MainWindow(QMainWindow):
                 self._chat_shown = now
                 self.chat.append_spans(self._unshown)
                 self._unshown = []
-            if now - self._cards_shown >= BUSY_REFRESH_MS / 1000:  # at the plots' pace: repainting costs decoding
+            if now - self._cards_shown >= BUSY_REFRESH_MS / 1000 and not self._cards_due:
+                # at the plots' pace (repainting costs decoding), once the steps that arrived together are all in:
+                # drawn at the first of a batch, the cards lagged the histogram by the rest (10 tokens beside 97 steps)
                 self._cards_shown = now
-                s = self.plots.steps
-                self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length,
-                                        s.steps)
+                self._cards_due = True
+                QTimer.singleShot(0, self, self._show_cards)
         elif isinstance(ev, DoneEvent):
             self._finish_reply(req, ev)
         elif isinstance(ev, PrefillEvent):
@@ -643,6 +645,13 @@ class MainWindow(QMainWindow):
     def _send_anyway(self) -> None:
         self._skip_memory_check = True
         self.send()
+
+    def _show_cards(self) -> None:
+        self._cards_due = False
+        if self._active is None or self._active.purpose != "reply":
+            return  # the reply ended meanwhile: its DoneEvent drew the final figures
+        s = self.plots.steps
+        self.cards.show_figures(s.tokens, s.tps_cumulative.last, s.acceptance_rate, s.mean_accepted_length, s.steps)
 
     def _send_shorter(self, max_new: int) -> None:
         self.controls.max_new.setValue(max_new)
