@@ -81,6 +81,9 @@ def test_planner_use_this_applies_a_recommendation_to_the_picker(qtbot, odd_draf
     assert p.recommendations and all(r.total_bytes <= p.budget_bytes for r in p.recommendations)
     assert any(r.target_quant != "none" and r.drafter == "model" for r in p.recommendations)
     assert dlg.recs.rowCount() == len(p.recommendations) > 0
+    # the Why column: what ranks each row so, short; the whole reason on hover
+    assert dlg.recs.item(0, 6).text() == "best that fits" and dlg.recs.item(0, 6).toolTip() == p.recommendations[0].reason
+    assert all(not dlg.recs.item(i, 6).text().startswith("below the one above") for i in range(dlg.recs.rowCount()))
     assert f"{p.max_context:,} tokens" in dlg.max_context.text() and p.max_context < p.context
     # pick a recommendation with a quantized target and apply it
     row = next(i for i, r in enumerate(p.recommendations) if r.target_quant != "none")

@@ -455,7 +455,7 @@ class PlannerDialog(QDialog):
             drafter = {"model": f"{r.draft}" + (f" ({r.draft_quant})" if r.draft_quant != "none" else ""),
                        "ngram": "n-gram lookup", "none": "none"}[r.drafter]
             cells = (str(r.rank), r.target_quant, drafter, f"{r.context:,}" + ("" if r.full_context else " (cut)"),
-                     _gib(r.total_bytes), _gib(r.headroom_bytes), r.reason)
+                     _gib(r.total_bytes), _gib(r.headroom_bytes), short_reason(r.reason))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 item.setToolTip(r.reason)
@@ -508,3 +508,11 @@ class PlannerDialog(QDialog):
             self.draft_quant.blockSignals(False)
         self.context.setValue(rec.context)  # re-plans
         return req
+
+
+def short_reason(reason: str) -> str:
+    """A recommendation's reason in a table cell: what ranks it so ("best that fits", or what it gives up against
+    the row above); the whole line is the row's tooltip and the label below the table (every row read "below the
+    one above fo…")."""
+    head = reason.split(": ", 1)[0]
+    return head.removeprefix("below the one above for ")
