@@ -40,6 +40,7 @@ def test_html_and_csv_reports(session_log, tmp_path, capsys):
     assert len(images) == 2
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
     assert "<h2>Summary</h2>" in html and html.count("<tr><td>") == 2  # one summary row per generation
+    assert "<th>seed</th>" in html
     spec, plain = (g.summary["stats"] for g in log.generations)
     ratio = (spec["new_tokens"] / spec["decode_seconds"]) / (plain["new_tokens"] / plain["decode_seconds"])
     assert f"{ratio:.2f}×" in html  # the speed-up against the plain run of the same prompt
@@ -107,3 +108,14 @@ def test_odd_lines_in_a_log_are_skipped_not_fatal(session_log, tmp_path, capsys)
     assert read_log(odd).damaged == 1 and len(read_log(odd).generations) == 2
     assert main(["report", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def test_a_sampled_generation_shows_the_seed_it_drew(tiny_target, tmp_path):
+    """A "random" seed is drawn per reply and logged: the report shows it (it read "–", the setting)."""
+    path = tmp_path / "sampled.jsonl"
+    assert main(["generate", "--target", str(tiny_target), "--prompt", PROMPT, "--max-new-tokens", "4",
+                 "--temperature", "0.7", "--device", "cpu", "--drafter", "none", "--log", str(path)]) == 0
+    seed = read_log(path).generations[0].summary["seed"]
+    assert isinstance(seed, int)
+    assert main(["report", str(path), "--html", str(tmp_path / "s.html"), "--no-plots"]) == 0
+    assert f"<td class=n>{seed}</td>" in (tmp_path / "s.html").read_text()

@@ -137,6 +137,8 @@ def generation_summary(g: Generation) -> dict:
     drafter = g.info.get("drafter")
     return {"generation": g.index, "drafter": drafter, "k": settings.get("k") if drafter != "none" else None,
             "temperature": settings.get("temperature"), "prompt_tokens": g.info.get("prompt_tokens"),
+            # the seed the generation drew with (a "random" setting's drawn seed: it replays the reply)
+            "seed": (g.summary or {}).get("seed"),
             # of the prompt's tokens, those kept from the last generation's cache (a chat's earlier turns), and the
             # seconds reading the rest took
             "kept_prompt_tokens": st.get("cached_prompt_tokens", 0), "prefill_seconds": st.get("prefill_seconds"),
@@ -301,13 +303,15 @@ def report_html(log: SessionLog, plots: bool = True) -> str:
                  "<th>parameters</th><th>device</th></tr>")
     parts.append(_model_row("target", h.get("target")) + _model_row("draft", h.get("draft")) + "</table>")
     versions = ", ".join(f"{k} {v}" for k, v in (h.get("versions") or {}).items() if v)
-    parts.append(f"<p class=muted>drafter at load: {_fmt(h.get('drafter'))} · device {_fmt(h.get('device'))} · "
+    parts.append(f"<p class=muted>drafter when the session opened: {_fmt(h.get('drafter'))} (each generation's "
+                 f"own below) · device {_fmt(h.get('device'))} · "
                  f"{html.escape(versions)}</p>")
     first_settings = h.get("settings") or {}
     if first_settings:
         parts.append("<table>" + "".join(f"<tr><th>{html.escape(str(k))}</th><td>{_fmt(v)}</td></tr>"
                                          for k, v in first_settings.items()) + "</table>")
-    parts.append("<h2>Summary</h2><table><tr><th>#</th><th>drafter</th><th>k</th><th>temp.</th><th>prompt tok.</th>"
+    parts.append("<h2>Summary</h2><table><tr><th>#</th><th>drafter</th><th>k</th><th>temp.</th><th>seed</th>"
+                 "<th>prompt tok.</th>"
                  "<th>new tok.</th><th>steps</th><th>tok/s</th><th>acceptance</th><th>tokens/step</th>"
                  "<th>vs plain</th><th>stop</th></tr>")
     for pos, s in enumerate(sums):
@@ -315,7 +319,8 @@ def report_html(log: SessionLog, plots: bool = True) -> str:
         kept = f" ({s['kept_prompt_tokens']} kept)" if s["kept_prompt_tokens"] else ""
         parts.append(
             f"<tr><td>{pos}</td><td>{_fmt(s['drafter'])}</td><td>{_fmt(s['k'])}</td>"
-            f"<td class=n>{_fmt(s['temperature'])}</td><td class=n>{_fmt(s['prompt_tokens'])}{kept}</td>"
+            f"<td class=n>{_fmt(s['temperature'])}</td><td class=n>{_fmt(s['seed'])}</td>"
+            f"<td class=n>{_fmt(s['prompt_tokens'])}{kept}</td>"
             f"<td class=n>{_fmt(s['new_tokens'])}</td><td class=n>{_fmt(s['steps'])}</td>"
             f"<td class=n>{_fmt(s['tokens_per_second'])}</td><td class=n>{_fmt(s['acceptance_rate'], 'pct')}</td>"
             f"<td class=n>{_fmt(s['mean_accepted_length'])}</td>"
