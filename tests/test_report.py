@@ -119,3 +119,14 @@ def test_a_sampled_generation_shows_the_seed_it_drew(tiny_target, tmp_path):
     assert isinstance(seed, int)
     assert main(["report", str(path), "--html", str(tmp_path / "s.html"), "--no-plots"]) == 0
     assert f"<td class=n>{seed}</td>" in (tmp_path / "s.html").read_text()
+
+
+def test_a_headless_report_prints_no_qt_noise(session_log, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    r = subprocess.run([sys.executable, "-m", "specdesk", "report", str(session_log), "--html", str(tmp_path / "r.html")],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0 and r.stderr == "", r.stderr  # the offscreen plugin's propagateSizeHints warning: gone

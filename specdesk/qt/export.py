@@ -190,11 +190,33 @@ def ensure_qapp():
     if app is None:
         if sys.platform.startswith("linux") and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
             os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+            _quiet_offscreen()
         app = QApplication([sys.argv[0] if sys.argv else "specdesk"])
         from specdesk.qt import theme
 
         theme.apply(app)
     return app
+
+
+_OFFSCREEN_NOISE = "This plugin does not support propagateSizeHints()"
+
+
+def _quiet_offscreen() -> None:
+    """Drop the offscreen platform's one warning (every headless report and screenshot printed it on stderr, where
+    a command's own messages go); Qt's other messages pass as before."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    previous = None
+
+    def handler(mode, context, message) -> None:
+        if _OFFSCREEN_NOISE in message:
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:
+            sys.stderr.write(message + "\n")
+
+    previous = qInstallMessageHandler(handler)
 
 
 def memory_point(mem: dict | None) -> tuple[int | None, int | None, str, str]:
