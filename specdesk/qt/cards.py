@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QVBoxLayout, QWidget
 
@@ -14,10 +14,11 @@ class FitLabel(QLabel):
     """A label that never clips its text in a narrow card (a small window, a wide plot pane): the figure shrinks
     (``shrink``), anything else ends in … with the whole text as its tooltip. ``text()`` is always the whole text."""
 
-    def __init__(self, text: str = "", shrink: bool = False) -> None:
+    def __init__(self, text: str = "", shrink: bool = False, tip: bool = True) -> None:
         super().__init__(text)
         self._full = text
         self._shrink = shrink
+        self._tip = tip  # False: the caller keeps a tooltip of its own
         self._pt = VALUE_PT
 
     def text(self) -> str:  # noqa: D102 - the whole text, whatever is shown
@@ -30,6 +31,13 @@ class FitLabel(QLabel):
     def resizeEvent(self, event) -> None:  # noqa: N802
         super().resizeEvent(event)
         self._fit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - the whole text's width: eliding must not shrink the hint in turn
+        hint = super().sizeHint()
+        if self._shrink:
+            return hint
+        m = self.contentsMargins()
+        return QSize(self.fontMetrics().horizontalAdvance(self._full) + m.left() + m.right() + 2, hint.height())
 
     def _fit(self) -> None:
         width = self.contentsRect().width()
@@ -51,7 +59,8 @@ class FitLabel(QLabel):
             return
         shown = self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, width)
         QLabel.setText(self, shown)
-        self.setToolTip(self._full if shown != self._full else "")
+        if self._tip:
+            self.setToolTip(self._full if shown != self._full else "")
 
 
 class MetricCard(QFrame):

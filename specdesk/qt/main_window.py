@@ -204,10 +204,12 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.splitter)
 
         sb = self.statusBar()
-        self.device_label = QLabel("device: –")
-        self.models_label = QLabel("models: –")
-        self.state_label = QLabel("engine: –")
-        self.memory_label = QLabel("memory: –")
+        # long texts end in … rather than being cut mid-word (the whole text on hover; the device's tooltip is
+        # which CPU kernels run)
+        self.device_label = FitLabel("device: –", tip=False)
+        self.models_label = FitLabel("models: –")
+        self.state_label = FitLabel("engine: –")
+        self.memory_label = FitLabel("memory: –")
         for lab in (self.device_label, self.models_label, self.state_label):
             sb.addWidget(lab)
         sb.addPermanentWidget(self.memory_label)
