@@ -572,6 +572,9 @@ class MainWindow(QMainWindow):
         if nxt is None:
             self._finish_compare(self._plain_done)
             return
+        if self._pool.remeasured and self._pool.plain_runs == 0:  # the first plain run was not believed: its
+            self._baseline = StepSeries()                         # curve goes too, the re-run's is drawn
+            self.plots.set_baseline(self._baseline)
         rnd = self._pool.plain_runs + (nxt == "plain")
         self.cards.show_speedup(None, note=f"measuring side by side, run {rnd} of up to {self._pool.max_runs}…")
         self._compare_run(nxt)
