@@ -106,6 +106,12 @@ def test_odd_lines_in_a_log_are_skipped_not_fatal(session_log, tmp_path, capsys)
     assert main(["report", str(odd), "--csv", str(tmp_path / "o.csv"), "--html", str(tmp_path / "o.html"),
                  "--no-plots"]) == 0
     assert read_log(odd).damaged == 1 and len(read_log(odd).generations) == 2
+    # a figure of 0 in a whole summary line is a figure, not a damaged field
+    from specdesk.qt.export import generation_summary
+
+    g = read_log(session_log).generations[1]
+    g.summary["stats"]["prefill_seconds"] = 0.0
+    assert generation_summary(g)["prefill_seconds"] == 0.0
     assert main(["report", str(tmp_path)]) == 2
     assert "is a folder" in capsys.readouterr().err
 

@@ -117,15 +117,19 @@ def write_csv(log: SessionLog, dest: str | os.PathLike) -> Path:
 
 # ----------------------------------------------------------------------------- summaries
 
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def _number(v) -> float:
     """v where it is a number, else 0 (a field a damaged or hand-edited log holds as something else)."""
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+    return v if _is_number(v) else 0
 
 
 def generation_summary(g: Generation) -> dict:
     """The figures of one generation, from its summary line, or from its steps when it was cut short."""
     st = (g.summary or {}).get("stats")
-    st = {k: v for k, v in st.items() if _number(v)} if isinstance(st, dict) else {}  # a damaged line's figures
+    st = {k: v for k, v in st.items() if _is_number(v)} if isinstance(st, dict) else {}  # a damaged line's figures
     steps = g.steps
     new_tokens = st.get("new_tokens", sum(len(s.get("token_ids") or ()) for s in steps))
     forwards = st.get("target_forwards", len(steps))
