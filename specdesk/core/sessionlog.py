@@ -207,14 +207,16 @@ def read_log(path: str | os.PathLike) -> SessionLog:
             if n == last:  # a half-written last line
                 truncated = True
                 break
+            damaged += 1
             at = line.find(_HEADER_START, 1)  # an older writer appended a run's header to the cut line
             try:
                 obj = json.loads(line[at:]) if at > 0 else None
             except ValueError:
                 obj = None
+            if obj is None:
+                continue
+        if not isinstance(obj, dict):  # JSON, but not one of the log's lines
             damaged += 1
-        if not isinstance(obj, dict):
-            damaged += obj is not None
             continue
         kind = obj.get("type")
         if kind == "header":

@@ -375,8 +375,9 @@ class MainWindow(QMainWindow):
         self._startup_request = None
         if startup is not None and startup != DEMO_PAIR:
             what = "the models given on the command line" if self._startup_asked else "the last pair"
-            self._fallback_notice = f"Could not load {what} ({msg}); the demo pair loaded instead."
-            self.chat.add_notice(f"Could not load {what} ({msg}); loading the demo pair instead.", error=True)
+            failed = f"Could not load {what} ({msg})"
+            self._fallback_notice = f"{failed}; the demo pair loaded instead."
+            self.chat.add_notice(f"{failed}; loading the demo pair instead.", error=True)
             self.load_pair(DEMO_PAIR)
             return
         self.load_error.emit(msg)

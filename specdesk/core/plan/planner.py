@@ -529,13 +529,8 @@ def _gguf_quant(target: str, device: str, dtype: str) -> str | None:
     """q4 or q8 where ``target`` is a quantized GGUF file that "auto" loads so on ``device``, else None."""
     from specdesk.core.loading import is_gguf, resolve, resolve_quant
 
-    try:
-        if not is_gguf(resolve(target)):
-            return None
-    except SpecdeskError:
-        return None
-    q = resolve_quant(target, "auto", device, dtype)
-    return q if q in OWN else None
+    q = resolve_quant(target, "auto", device, dtype)  # "none" where it does not resolve
+    return q if q in OWN and is_gguf(resolve(target)) else None
 
 
 _TARGET_PHRASE = {

@@ -172,8 +172,10 @@ def export_vllm(target: str, draft: str | None = None, *, drafter: str | None = 
     par = split(p, gpus, budget_bytes_per_gpu)
     best = best_k(p.target.path, p.drafter, p.draft.path if p.draft else None,
                   logs_dir if logs_dir is not None else userdirs.logs_dir())
+    from specdesk.core.distill.draft import borrow_info
+
     standalone = None
-    if p.drafter == "model" and p.draft is not None and _borrows(Path(p.draft.path)):
+    if p.drafter == "model" and p.draft is not None and borrow_info(Path(p.draft.path)) is not None:
         out = userdirs.data_dir() / "standalone" / f"{Path(p.draft.path).name}-standalone"
         how = shlex.join(["specdesk", "distill", "--standalone", p.draft.path, "--target", target, "--out", str(out)])
         standalone = (str(out), how, (out / "config.json").exists())
@@ -181,12 +183,3 @@ def export_vllm(target: str, draft: str | None = None, *, drafter: str | None = 
                 ngram=ngram, port=port, served_model_name=served_model_name, standalone=standalone)
     return cmd, p, par
 
-
-def _borrows(folder: Path) -> bool:
-    """Whether a draft folder is a distilled draft that borrows its target's tensors (its config says so)."""
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    own = cfg.get("specdesk") if isinstance(cfg, dict) else None
-    return isinstance(own, dict) and bool(own.get("borrows"))
